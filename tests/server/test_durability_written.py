@@ -28,7 +28,12 @@ from jetserver.server import Server
 from jetserver.storage import fsync_threads
 from jetserver.testing import JetServer
 from support.fsync_fault import FsyncFault
-from support.jet_server import gated_server_process, records_after_restart, start_server_process
+from support.jet_server import (
+    gated_server_process,
+    records_after_restart,
+    start_faulty_process,
+    start_server_process,
+)
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
 
@@ -154,21 +159,24 @@ async def test_a_failed_background_fsync_hands_the_written_partition_to_the_flus
     assert {o: stored.get(o) for o in after_cut} == after_cut
 
 
+@pytest.mark.parametrize("on_loop", [True, False], ids=["runner", "threads"])
 async def test_a_failed_fsync_of_a_one_step_produce_sends_no_copy_of_what_it_cut(
-    nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
+    nats_server: NatsServer, tmp_path: Path, fsync_shim: Path, on_loop: bool
 ) -> None:
     """A ``flushed`` partition's LEADER-acked messages, one at a time, are answered in
     their reader callback and their fsync and NATS copy run from loop callbacks
     (broker/commit_soon.py). One fsync fails (EIO, the bytes since the last good sync
     dropped): the flusher cuts the log back; no NATS copy is sent of a record the cut
     took (a copy goes only once its record is committed), and what is sent after the cut
-    is stored at its offsets after a restart."""
+    is stored at its offsets after a restart. ``threads``: ``fsync_on_loop = false``, so
+    every fsync is the thread's system call alone, begun and ended on the loop
+    (``FsyncRunner.sync_in_thread_then``, ``Log.begin_sync`` / ``end_sync``)."""
     import nats
 
     data = tmp_path / "data"
     marker = tmp_path / "fault-fired"
     fault = FsyncFault(match="/0/00000000000000000000.log", at=3, marker=marker)
-    proc = start_server_process(nats_server.url, data, "--log-level", "INFO", env=fault.env())
+    proc = start_faulty_process(nats_server.url, data, fault.env(), fsync_on_loop=on_loop)
     nc = await nats.connect(nats_server.url, allow_reconnect=False)
     copies: list[bytes] = []
 

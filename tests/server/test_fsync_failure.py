@@ -27,7 +27,7 @@ from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy
 from support.fault_report import write_report
 from support.fsync_fault import FsyncFault
-from support.jet_server import records_after_restart, start_server_process
+from support.jet_server import records_after_restart, start_faulty_process
 from support.nats_server import NatsServer
 
 pytestmark = pytest.mark.anyio
@@ -46,15 +46,26 @@ def value(i: int, size: int = 100) -> bytes:
     return b"record-%06d-" % i + b"x" * (size - 20)
 
 
-@pytest.mark.parametrize(("fail_at", "size"), [(2, 100), (15, 100), (3, LARGE)])
+@pytest.mark.parametrize(
+    ("fail_at", "size", "on_loop"),
+    [(2, 100, True), (15, 100, True), (3, LARGE, True), (15, 100, False)],
+)
 async def test_failed_fsync_on_a_single_server_loses_no_acked_record(
-    nats_server: NatsServer, tmp_path: Path, fsync_shim: Path, fail_at: int, size: int
+    nats_server: NatsServer,
+    tmp_path: Path,
+    fsync_shim: Path,
+    fail_at: int,
+    size: int,
+    on_loop: bool,
 ) -> None:
+    """``on_loop`` false (``fsync_on_loop = false``): every fsync in a worker thread, a
+    request's own (``Committer.commit_here``) the system call alone there, begun and
+    ended on the loop (``FsyncRunner.sync_in_thread``)."""
     count, wave_size = (COUNT, WAVE) if size < LARGE else (LARGE_COUNT, LARGE_WAVE)
     data = tmp_path / "data"
     marker = tmp_path / "fault-fired"
     fault = FsyncFault(match=SEGMENT, at=fail_at, marker=marker)
-    proc = start_server_process(nats_server.url, data, "--log-level", "INFO", env=fault.env())
+    proc = start_faulty_process(nats_server.url, data, fault.env(), fsync_on_loop=on_loop)
     acked: dict[int, bytes] = {}
     failed: list[BaseException] = []
     try:

@@ -6,6 +6,7 @@ counted by the loop's task factory); the connection's side: test_answer_now.py."
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from typing import Any
 
@@ -98,15 +99,14 @@ async def test_messages_answered_at_once_during_an_fsync_share_the_next_one(
         runner = replica.committer.fsyncs
         runner.on_loop = False
         stack.callback(setattr, runner, "on_loop", True)
-        real_flush = replica.log.flush
 
-        def held_flush(upto: int | None = None) -> int:
-            flushed = real_flush(upto)
+        def held_sync(fd: int) -> None:  # (the worker thread's system call)
+            os.fdatasync(fd)
             if not gate.wait(BOUND_S):
                 raise TimeoutError("the test never opened the gate")
-            return flushed
 
-        monkeypatch.setattr(replica.log, "flush", held_flush)
+        runner.thread_sync = held_sync
+        stack.callback(setattr, runner, "thread_sync", None)
         counted = _Counted(monkeypatch)
         threads = runner.thread_fsyncs
         with tasks_made() as made:

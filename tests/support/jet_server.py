@@ -58,6 +58,22 @@ def start_server_process(
     return server
 
 
+def start_faulty_process(
+    nats_url: str, data_dir: Path, fault_env: dict[str, str], *, fsync_on_loop: bool = True
+) -> JetServer:
+    """:func:`start_server_process` at log level INFO with a fault shim's environment
+    (``FsyncFault.env()``); ``fsync_on_loop`` false: every fsync in a worker thread
+    (``[storage] fsync_on_loop``)."""
+    return start_server_process(
+        nats_url,
+        data_dir,
+        "--log-level",
+        "INFO",
+        env=fault_env,
+        settings={"storage": {"fsync_on_loop": fsync_on_loop}},
+    )
+
+
 @contextmanager
 def stopping(server: JetServer) -> Iterator[JetServer]:
     """``server`` (e.g. of :func:`start_server_process`) for a ``with`` block, at whose end

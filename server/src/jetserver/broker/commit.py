@@ -473,8 +473,8 @@ class Committer:
                     self.request_flush()
                     return
                 self.thread_flush = True
-                try:
-                    flushed = await runner.flush(log_, end, on_loop=False, loop=loop)
+                try:  # (to the LEO: ``end`` or beyond)
+                    flushed = await runner.sync_in_thread(log_, loop)
                 finally:
                     self.thread_flush = False
             if hops.ENABLED:

@@ -37,7 +37,7 @@ the loop unless:
 Durability is the same either way: the high watermark and ALL acks move only after the
 fsync returned. Worker threads are :data:`jetserver.storage.fsync_threads.THREADS` (a job and one
 loop callback per fsync, not ``anyio.to_thread``'s two extra loop turns and ~110 calls).
-The fsyncs handed to threads in one loop turn go as ONE batch (:class:`_FlushBatch`): a
+The fsyncs handed to threads in one loop turn go as ONE batch (:class:`FlushBatch`): a
 ProduceMany request that appended to 500 partitions has their flushers ask in the same
 turn, and the batch is split among at most :data:`FSYNC_LANES` jobs (a thread each) that
 run at once, each fsyncing its share of the logs in turn: 8 hand-offs and results instead
@@ -65,11 +65,11 @@ Task safety: event loop thread only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import itertools
 import logging
 import math
+import os
 import threading
 import time
 import types
@@ -80,9 +80,13 @@ import attrs
 
 from jetserver.infra import hops
 from jetserver.logs import fields
-from jetserver.storage import Log
+from jetserver.storage import Log, durability_trace
+from jetserver.storage.errors import StorageError
+from jetserver.storage.files import fdatasync
+from jetserver.storage.flush_batch import FlushBatch, flush_all
 from jetserver.storage.framing import Body
-from jetserver.storage.fsync_threads import FSYNC_LANES, THREADS
+from jetserver.storage.fsync_threads import FSYNC_LANES, SYNCS, THREADS
+from jetserver.storage.group_commit import PendingSync
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +135,9 @@ class FsyncRunner:
     """fsyncs on the loop slower than :data:`SLOW_FSYNC_S`."""
     thread_jobs: int = 0
     """Batches handed to worker threads (the fsyncs asked for in one loop turn)."""
+    thread_sync: Callable[[int], None] | None = attrs.field(default=None, repr=False)
+    """What :meth:`sync_in_thread_then`'s thread runs on the descriptor; None: fdatasync
+    (traced when the durability trace is on)."""
     large_writes_in_thread: bool = True
     """False: large writes on the loop too (``[storage] large_writes_in_thread``)."""
     loop_large_writes: int = 0
@@ -139,7 +146,7 @@ class FsyncRunner:
     """Loop time spent in them."""
     thread_large_writes: int = 0
     """Large writes made from a worker thread."""
-    _batch: _FlushBatch | None = attrs.field(default=None, repr=False)
+    _batch: FlushBatch | None = attrs.field(default=None, repr=False)
     _probing: int = 0
     """Callers of :meth:`flush_here` in their free-loop probe turn now."""
     _busy: float = 0.0
@@ -222,38 +229,93 @@ class FsyncRunner:
         lanes); ``settled`` gets every outcome, (flushed offset, None) or (-1, its error),
         in one loop callback once all ended: it commits (broker/commit_group.py)."""
         self.thread_fsyncs += len(logs)
-        batch = _FlushBatch(loop, [(log_, None) for log_ in logs], group=settled)
+        batch = FlushBatch(loop, [(log_, None) for log_ in logs], group=settled)
         loop.call_soon(self._submit, batch)
 
-    def flush_in_thread_then(
+    def sync_in_thread_then(
         self,
         log_: Log,
         loop: asyncio.AbstractEventLoop,
         then: Callable[[int, BaseException | None], None],
-    ) -> None:
-        """:meth:`flush_in_thread` to the LEO with no caller to resume: ``then(flushed,
-        None)`` or ``then(-1, error)`` in the job's loop callback (no future, no task:
-        a one-step Produce's commit, :class:`jetserver.broker.commit_soon.CommitSoon`);
-        ``then`` must not raise."""
-        self.thread_fsyncs += 1
-        batch = self._batch_of_turn(loop)
-        batch.logs.append((log_, None))
-        batch.waiters.append(None)
-        if batch.calls is None:
-            batch.calls = {}
-        batch.calls[len(batch.waiters) - 1] = then
+    ) -> bool:
+        """The fsync of ``log_`` to its LEO in a worker thread, handed over now (no batch
+        turn): :meth:`Log.begin_sync` on the loop (the LEO, the segment and a lease on its
+        file, no flush closure), the fdatasync and :meth:`Log.end_sync` in a thread of
+        :data:`~jetserver.storage.fsync_threads.SYNCS` (the split syncs' own lane: its
+        jobs wait for nothing but the disk, so none waits behind a ``Log.flush`` that
+        waits for it); ``then(flushed, None)`` or ``then(-1, error)`` in the job's loop
+        callback, no future and no task (a one-step Produce's commit,
+        :class:`jetserver.broker.commit_soon.CommitSoon`); now if the log is flushed
+        already or could not begin. False, nothing done, if another fsync of the log
+        runs. ``then`` must not raise.
 
-    def _batch_of_turn(self, loop: asyncio.AbstractEventLoop | None) -> _FlushBatch:
+        The group commit's end is the thread's, not the loop's: a ``Log.flush`` waiting
+        for this fsync in another thread (a flush lane, :class:`FlushBehind
+        <jetserver.storage.flush_behind.FlushBehind>`, a follower's append) waits for the
+        disk alone, never for the loop's next turn (the merged tree of session 23 ended
+        it on the loop, and a lost loop wake-up left those waiting for ever:
+        tests/storage/test_split_sync_race.py)."""
+        try:
+            pending = log_.begin_sync()
+        except Exception as exc:
+            then(-1, exc)
+            return True
+        if pending is None:
+            return False
+        if isinstance(pending, int):
+            then(pending, None)
+            return True
+        self.thread_fsyncs += 1
+        self.thread_jobs += 1
+        sync = self.thread_sync or (os.fdatasync if durability_trace.TRACE is None else fdatasync)
+        SYNCS.call(
+            loop, functools.partial(_synced, pending, then), _sync_and_end, log_, pending, sync
+        )
+        return True
+
+    async def sync_in_thread(
+        self,
+        log_: Log,
+        loop: asyncio.AbstractEventLoop,
+        then: Callable[[int], None] | None = None,
+    ) -> int:
+        """:meth:`flush_in_thread` to the LEO as :meth:`sync_in_thread_then` runs it (the
+        fsync and its end in the split syncs' thread, no batch turn), for a caller that
+        awaits it (an ALL-acked request's commit, :meth:`Committer.commit_here
+        <jetserver.broker.commit.Committer.commit_here>`); ``then(flushed)`` in the job's
+        loop callback once it succeeded, as there. Another fsync of the log running: as
+        :meth:`flush_in_thread`. A caller cancelled meanwhile leaves the job to end on its
+        own (its outcome is still recorded, by :meth:`Log.end_sync` in the thread).
+
+        Raises:
+            SyncFailedError, StorageError: as :meth:`Log.flush`.
+        """
+        outcome: asyncio.Future[tuple[int, BaseException | None]] = loop.create_future()
+
+        def ended(flushed: int, error: BaseException | None) -> None:
+            if error is None and then is not None:
+                then(flushed)
+            if not outcome.done():
+                outcome.set_result((flushed, error))
+
+        if not self.sync_in_thread_then(log_, loop, ended):
+            return await self.flush_in_thread(log_, None, loop, then)
+        flushed, error = await outcome
+        if error is not None:
+            raise error
+        return flushed
+
+    def _batch_of_turn(self, loop: asyncio.AbstractEventLoop | None) -> FlushBatch:
         """The batch of the fsyncs handed to threads in this loop turn (made, and its
         submission the next turn, by the first)."""
         batch = self._batch
         if batch is None:
             loop = loop or asyncio.get_running_loop()
-            batch = self._batch = _FlushBatch(loop)
+            batch = self._batch = FlushBatch(loop)
             loop.call_soon(self._submit, batch)
         return batch
 
-    def _submit(self, batch: _FlushBatch) -> None:
+    def _submit(self, batch: FlushBatch) -> None:
         if self._batch is batch:
             self._batch = None
         self.thread_jobs += 1
@@ -263,7 +325,7 @@ class FsyncRunner:
         batch.size = size
         batch.lanes = -(-len(logs) // size)
         if batch.lanes == 1:
-            THREADS.call(batch.loop, functools.partial(batch.lane_done, 0), _flush_all, logs)
+            THREADS.call(batch.loop, functools.partial(batch.lane_done, 0), flush_all, logs)
             return
         batch._lock = threading.Lock()
         for i in range(0, len(logs), size):
@@ -475,121 +537,35 @@ def _one_turn() -> Generator[None, None, None]:
     yield
 
 
-@attrs.define(eq=False)
-class _FlushBatch:
-    """The fsyncs handed to worker threads in one loop turn: one batch, split among at
-    most :data:`FSYNC_LANES` jobs; one loop callback, once all ended, settles each
-    caller's future."""
+def _sync_and_end(log_: Log, pending: PendingSync, sync: Callable[[int], None]) -> int:
+    """:meth:`FsyncRunner.sync_in_thread_then`'s job (in a thread of ``SYNCS``): the
+    fsync, then its end in the log's group commit: the flushed offset.
 
-    loop: asyncio.AbstractEventLoop
-    logs: list[tuple[Log, int | None]] = attrs.field(factory=list)
-    waiters: list[asyncio.Future[tuple[int, BaseException | None]] | None] = attrs.field(
-        factory=list
-    )
-    """Each log's caller's future: (flushed offset, None) or (-1, its error); None for a
-    caller called back instead (:attr:`calls`)."""
-    calls: dict[int, Callable[[int, BaseException | None], None]] | None = None
-    """By caller's index: called with the outcome instead of a future
-    (:meth:`FsyncRunner.flush_in_thread_then`)."""
-    thens: dict[int, Callable[[int], None]] | None = None
-    """By caller's index: called with the flushed offset before its future is set (None:
-    no caller gave one)."""
-    group: Callable[[list[tuple[int, BaseException | None]]], None] | None = None
-    """:meth:`FsyncRunner.flush_group`'s callback (then no waiters): gets every outcome."""
-    results: list[tuple[int, BaseException | None]] = attrs.field(init=False)
-    """Each log's outcome, in :attr:`logs`' order (made by :meth:`FsyncRunner._submit`)."""
-    size: int = 0
-    """Logs per job (the last one's share may be smaller)."""
-    lanes: int = 0
-    """Jobs not ended yet."""
-    ended: asyncio.Future[None] | None = None
-    """Made for a caller cancelled while the jobs run (:meth:`wait_ended`)."""
-    settled: bool = False
-    """Every job ended and the callers' futures are set (on the loop)."""
-    _lock: threading.Lock | None = attrs.field(default=None, repr=False)
-    """Guards :attr:`lanes` while jobs of several threads count down (:meth:`run_lane`);
-    made only for a batch of several jobs (not per message at light load)."""
-
-    def run_lane(self, start: int) -> None:
-        """One job of a batch of several, in a worker thread: fsync its share of the logs
-        and, if it is the last job to end, hand every outcome to the loop in one callback
-        (the others hand nothing back: no loop wake-up each)."""
-        share = self.logs[start : start + self.size]
-        try:
-            outcomes = _flush_all(share)
-        except BaseException as exc:  # unexpected (_flush_all keeps each log's error)
-            outcomes = [(-1, exc)] * len(share)
-            raise
-        finally:
-            self.results[start : start + len(share)] = outcomes
-            assert self._lock is not None  # several jobs: made before they started
-            with self._lock:
-                self.lanes -= 1
-                last = self.lanes == 0
-            if last:
-                with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
-                    self.loop.call_soon_threadsafe(self._settle)
-
-    def lane_done(
-        self,
-        start: int,
-        outcomes: list[tuple[int, BaseException | None]] | None,
-        error: BaseException | None,
-    ) -> None:
-        """A job ended (a loop callback): its logs' outcomes from ``start`` on; once the
-        last one did, every caller's."""
-        if outcomes is None:  # unexpected (_flush_all keeps each log's error): all get it
-            outcomes = [(-1, error)] * (min(start + self.size, len(self.logs)) - start)
-        self.results[start : start + len(outcomes)] = outcomes
-        self.lanes -= 1
-        if self.lanes:
-            return
-        self._settle()
-
-    def _settle(self) -> None:
-        """Every job ended: set each caller's future (on the loop)."""
-        self.settled = True
-        if self.group is not None:
-            try:
-                self.group(self.results)
-            except Exception:  # a loop callback must not raise
-                log.exception("settling a group of fsyncs failed")
-            return
-        thens = self.thens
-        for i, (waiter, outcome) in enumerate(zip(self.waiters, self.results, strict=True)):
-            if waiter is None:
-                assert self.calls is not None  # (a caller called back: flush_in_thread_then)
-                self.calls[i](*outcome)
-                continue
-            if thens is not None and outcome[1] is None and i in thens:
-                thens[i](outcome[0])
-            if not waiter.done():
-                waiter.set_result(outcome)
-        if self.ended is not None and not self.ended.done():
-            self.ended.set_result(None)
-
-    async def wait_ended(self) -> None:
-        """Until every job of the batch ended (for a caller cancelled meanwhile)."""
-        if self.settled:
-            return  # ended
-        ended = self.ended
-        if ended is None:
-            ended = self.ended = self.loop.create_future()
-        while not ended.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(ended)
+    Raises:
+        SyncFailedError: the fsync failed (the log is poisoned, as after ``Log.flush``).
+    """
+    error: BaseException | None = None
+    try:
+        sync(pending.fd)
+    except BaseException as exc:  # (the log's to record: poisoned)
+        error = exc
+    return log_.end_sync(pending, error)
 
 
-def _flush_all(logs: list[tuple[Log, int | None]]) -> list[tuple[int, BaseException | None]]:
-    """Flush each log in turn (in a worker thread: one job's share of a batch); one's
-    failure is its own."""
-    out: list[tuple[int, BaseException | None]] = []
-    for log_, upto in logs:
-        try:
-            out.append((log_.flush(upto), None))
-        except Exception as exc:
-            out.append((-1, exc))
-    return out
+def _synced(
+    pending: PendingSync,
+    then: Callable[[int, BaseException | None], None],
+    flushed: int | None,
+    error: BaseException | None,
+) -> None:
+    """:meth:`FsyncRunner.sync_in_thread_then`'s job ended (a loop callback)."""
+    if error is not None or flushed is None:
+        then(-1, error or StorageError("the fsync job ended without an outcome"))
+        return
+    if flushed < pending.covered:  # the log was cut back meanwhile: nothing proven
+        then(-1, StorageError("the log was truncated during its fsync"))
+        return
+    then(flushed, None)
 
 
 def _append_and_flush(log_: Log, data: bytes | memoryview) -> None:

@@ -34,7 +34,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["FSYNC_LANES", "MAX_THREADS", "THREADS", "FsyncThreads"]
+from jetserver.storage.loop_waker import LoopWaker, waker_of
+
+__all__ = ["FSYNC_LANES", "MAX_THREADS", "SYNCS", "THREADS", "FsyncThreads"]
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +57,7 @@ one after the other, 5-13 ms in 8 threads)."""
 class _Job:
     """One call: run in a worker thread, settled on its loop."""
 
-    __slots__ = ("args", "ended", "fn", "future", "loop", "then")
+    __slots__ = ("args", "ended", "fn", "future", "loop", "then", "waker")
 
     def __init__(
         self,
@@ -75,6 +77,9 @@ class _Job:
         self.fn = fn
         self.args = args
         self.ended = False
+        self.waker: LoopWaker | None = None
+        """Hands the outcome to :attr:`then` from the loop's I/O phase (:meth:`FsyncThreads.
+        call`); None: ``call_soon_threadsafe``."""
 
 
 class _Worker:
@@ -99,10 +104,12 @@ class FsyncThreads:
     with two idle workers, fsyncs in threads at 500 msg/s: about twice the futex calls
     and context switches per message of one)."""
 
-    __slots__ = ("_idle", "_lock", "_pending", "_threads", "max_threads")
+    __slots__ = ("_idle", "_lock", "_pending", "_threads", "max_threads", "name")
 
-    def __init__(self, max_threads: int = MAX_THREADS) -> None:
+    def __init__(self, max_threads: int = MAX_THREADS, name: str = "jet-fsync") -> None:
         self.max_threads = max_threads
+        self.name = name
+        """Its threads' name."""
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
         """Idle workers, the last one to become idle at the end."""
@@ -151,7 +158,9 @@ class FsyncThreads:
         (:mod:`jetserver.storage.fsync_runner`'s batches: the task that awaited it was a task
         created, started and woken per fsync handed to a thread). ``then`` must not raise.
         From the event loop thread."""
-        self._put(_Job(loop, fn, args, then))
+        job = _Job(loop, fn, args, then)
+        job.waker = waker_of(loop)
+        self._put(job)
 
     def submit(self, fn: Callable[[], object]) -> None:
         """``fn()`` in a worker thread, and nothing handed back: no future, no loop
@@ -174,7 +183,7 @@ class FsyncThreads:
         if worker is not None:
             worker.wake.release()
         elif start:
-            threading.Thread(target=self._work, args=(job,), name="jet-fsync", daemon=True).start()
+            threading.Thread(target=self._work, args=(job,), name=self.name, daemon=True).start()
 
     def _next(self, worker: _Worker) -> _Job | None:
         """A pending job, or None after ``worker`` joined the idle ones (it must wait)."""
@@ -201,6 +210,9 @@ class FsyncThreads:
                 if error is not None:
                     log.error("a background fsync job failed", exc_info=error)
                 continue
+            if done.waker is not None:
+                done.waker.call(_settle, done, result, error)
+                continue
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
                 done.loop.call_soon_threadsafe(_settle, done, result, error)
 
@@ -221,3 +233,10 @@ def _settle(job: _Job, result: Any, error: BaseException | None) -> None:
 
 THREADS = FsyncThreads()
 """The process's fsync threads (every server of a process shares them)."""
+SYNCS = FsyncThreads(name="jet-sync")
+"""The threads of the split syncs (:meth:`FsyncRunner.sync_in_thread_then
+<jetserver.storage.fsync_runner.FsyncRunner.sync_in_thread_then>`: an fsync whose group
+commit the loop began): a lane of their own. A job of :data:`THREADS` may wait in a log's
+group commit for that log's split sync (a lane's ``Log.flush``); a split sync's job waits
+for nothing but the disk, so it never stands behind such a job (all
+:data:`MAX_THREADS` of them waiting, or any one, were the pool ever bounded lower)."""

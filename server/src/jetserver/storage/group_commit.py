@@ -4,8 +4,39 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import attrs
 
 from jetserver.storage.errors import SyncFailedError
+from jetserver.storage.files import FileLease
+
+if TYPE_CHECKING:
+    from jetserver.storage.segment import Segment
+
+COVERED = -1
+""":meth:`GroupCommit.try_start`: nothing to fsync (flushed up to the offset asked for)."""
+BUSY = -2
+""":meth:`GroupCommit.try_start`: another fsync runs (it may cover the offset asked for)."""
+
+
+@attrs.define(slots=True, eq=False)
+class PendingSync:
+    """An fsync begun by :meth:`Log.begin_sync <jetserver.storage.Log.begin_sync>`, to
+    run elsewhere and end with :meth:`Log.end_sync <jetserver.storage.Log.end_sync>`."""
+
+    fd: int
+    """The active segment file's descriptor (held open by :attr:`lease`)."""
+    covered: int
+    """The LEO when it began: what it makes durable."""
+    appended: int
+    """The log's appended bytes when it began."""
+    lease: FileLease
+    """Keeps :attr:`fd` open until the fsync ended."""
+    generation: int
+    """:meth:`GroupCommit.try_start`'s."""
+    segment: Segment
+    """The segment (its path for the error, made only then: a Path costs ~35 lines)."""
 
 
 class GroupCommit:
@@ -114,6 +145,51 @@ class GroupCommit:
                         if generation == self._generation and synced > self._flushed:
                             self._flushed = synced
                     self._notify()
+
+    def try_start(self, wanted: int) -> int:
+        """:meth:`flush`'s start without blocking, for a caller that runs the fsync itself
+        elsewhere (a worker thread) and ends it with :meth:`finish` (the log's
+        :meth:`~jetserver.storage.Log.begin_sync`): the generation to hand to
+        :meth:`finish` (>= 0, an fsync now counted as running), :data:`COVERED` if
+        ``flushed_offset >= wanted`` already, :data:`BUSY` if another fsync runs.
+
+        Raises:
+            SyncFailedError: an earlier fsync failed (the log is poisoned).
+        """
+        with self._lock:
+            if self._flushed >= wanted:
+                return COVERED
+            if self._failed is not None:
+                raise SyncFailedError(self._failed)
+            if self._running:
+                return BUSY
+            self._running = True
+            return self._generation
+
+    def finish(self, generation: int, covered: int, error: BaseException | None) -> int:
+        """End an fsync :meth:`try_start` started: it covered every offset below
+        ``covered`` (-1: it never ran, nothing proven) or failed with ``error`` (the log
+        is poisoned, as in :meth:`flush`); the flushed offset returned.
+
+        Raises:
+            SyncFailedError: ``error`` was given.
+        """
+        with self._lock:
+            self._running = False
+            if error is not None:
+                self._failed = (
+                    f"fsync failed ({error}); records from offset {self._flushed} "
+                    "on are not known to be on disk"
+                )
+            elif covered >= 0:
+                self._fsyncs += 1
+                if generation == self._generation and covered > self._flushed:
+                    self._flushed = covered
+            self._notify()
+            flushed = self._flushed
+        if error is not None:
+            raise SyncFailedError(str(error)) from error
+        return flushed
 
     def _notify(self) -> None:
         """Wake the waiters (the lock held)."""

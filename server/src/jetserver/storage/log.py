@@ -22,6 +22,7 @@ from jetserver.storage.files import (
     fsync_directory,
 )
 from jetserver.storage.framing import Body
+from jetserver.storage.group_commit import COVERED, PendingSync
 from jetserver.storage.idle_files import ACTIVE_FILES, IdleFiles
 from jetserver.storage.log_state import LogState
 from jetserver.storage.maintenance import Maintenance
@@ -477,6 +478,57 @@ class Log:
     def flush_unless_busy(self, upto: int | None = None) -> int | None:
         """:meth:`flush`, or None if it would wait for another thread's fsync (event loop)."""
         return self._flush(upto, wait=False)
+
+    def begin_sync(self) -> PendingSync | int | None:
+        """:meth:`flush`'s bookkeeping before the fsync, for a caller that runs the fsync
+        (``os.fdatasync(pending.fd)``) in a worker thread and ends it here with
+        :meth:`end_sync` (the event loop begins it: the thread runs the system call and
+        its end, :meth:`FsyncRunner.sync_in_thread_then
+        <jetserver.storage.fsync_runner.FsyncRunner.sync_in_thread_then>`).
+        The flushed offset if it covers the LEO already; None if another fsync of this
+        log runs (it may not cover the LEO: the caller flushes another way).
+
+        Raises:
+            LogClosedError: the log is closed. SyncFailedError: an earlier fsync failed.
+        """
+        state = self._state
+        state.check_open()
+        commit = state.commit
+        generation = commit.try_start(state.leo)
+        if generation < 0:
+            return commit.flushed_offset if generation == COVERED else None
+        try:
+            with state.lock:
+                state.check_open()
+                seg = state.segments[-1]
+                pending = PendingSync(
+                    seg.file.fd,
+                    state.leo,
+                    state.appended_bytes,
+                    FileLease(seg.file),
+                    generation,
+                    seg,
+                )
+        except BaseException:
+            commit.finish(generation, -1, None)
+            raise
+        return pending
+
+    def end_sync(self, pending: PendingSync, error: BaseException | None) -> int:
+        """:meth:`flush`'s bookkeeping after the fsync :meth:`begin_sync` began ended
+        (``error``: how it failed): the flushed offset. Any thread (the one that ran the
+        fsync: a flush waiting for it then waits for the disk, not for the loop).
+
+        Raises:
+            SyncFailedError: it failed (the log is poisoned, as after :meth:`flush`).
+        """
+        pending.lease.release()
+        state = self._state
+        if error is None:
+            state.synced_bytes = pending.appended
+        elif isinstance(error, OSError):
+            error = StorageError(f"fsync of {pending.segment.log_path} failed: {error}")
+        return state.commit.finish(pending.generation, pending.covered, error)
 
     def _flush(self, upto: int | None, *, wait: bool) -> int | None:
         state = self._state
