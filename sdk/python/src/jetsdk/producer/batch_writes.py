@@ -15,7 +15,6 @@ Task safety: one event loop.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 
@@ -148,9 +147,11 @@ class BatchWrites:
         batch, request, body = cut
         response: PendingResponse | SectionAnswer | None
         if fan_in:  # written at once (the first of this loop turn: writes_now held)
-            response = self.fan_in.write_now(
-                conn, body, asyncio.get_running_loop()
-            ) or self.fan_in.submit(conn, body, self.wait_s)
+            loop = self.fan_in.loop()
+            assert loop is not None  # (takes held)
+            response = self.fan_in.write_now(conn, body, loop) or self.fan_in.submit(
+                conn, body, self.wait_s
+            )
         else:
             # None cannot happen after can_send_now (nothing yielded); the sender sends it.
             response = conn.send_nowait(Api.PRODUCE, body)
