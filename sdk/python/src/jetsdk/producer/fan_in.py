@@ -70,9 +70,9 @@ class SectionAnswer:
         self.label = label
 
     def _resolve(self, body: bytes | None, error: JetError | None) -> None:
-        """The answer (both None: its wait timed out); the :meth:`when_done` callback is
-        called here, in the turn that resolves it (as a connection's pending response
-        calls its own), not from a loop handle of its own."""
+        """The answer (both None: its wait timed out); the :meth:`when_done` callback runs
+        from the loop, as a future's done callback would (not in the request's task: a
+        handle's callback settled there would run in that task)."""
         future = self._future
         if future.done():
             return
@@ -81,12 +81,7 @@ class SectionAnswer:
         on_done = self._on_done
         if on_done is not None:
             self._on_done = None
-            try:
-                on_done(future)
-            except Exception as exc:  # as the loop does with a callback's
-                future.get_loop().call_exception_handler(
-                    {"message": "section answer callback failed", "exception": exc}
-                )
+            future.get_loop().call_soon(on_done, future)
 
     @property
     def body_now(self) -> bytes | None:
