@@ -100,21 +100,6 @@ class PendingResponse:
         expire_after(future, timeout)
         return True
 
-    def answer_now(self, timeout: float) -> bytes:
-        """:meth:`wait`'s outcome without waiting, for a :meth:`when_done` callback: the
-        body; raises as :meth:`wait` does (no response yet: its ``timeout`` passed, and a
-        late response will be dropped)."""
-        if not self._done:
-            self._forget(self.correlation_id)
-            raise Timeout(
-                f"no response to {api_name(self.api)} from {self.label} within {timeout}s"
-            )
-        if self._error is not None:
-            raise self._error
-        body = self._body
-        assert body is not None
-        return body if isinstance(body, bytes) else bytes(body)
-
     def waiter(self, timeout: float) -> asyncio.Future[bool] | None:
         """asyncio: the future the response (or an error) sets True, or ``timeout``
         seconds set False, to be awaited by the requester itself (None on other loops).

@@ -70,10 +70,9 @@ class SectionAnswer:
         self.label = label
 
     def _resolve(self, body: bytes | None, error: JetError | None) -> None:
-        """The answer (both None: its wait timed out); the :meth:`when_done` callback is
-        called here, in the callback that resolves it (the connection reader's or the
-        timer's, outside any task, :func:`_hand_out_when_done`), as a connection's
-        pending response calls its own: no loop handle of its own."""
+        """The answer (both None: its wait timed out); the :meth:`when_done` callback runs
+        from the loop, as a future's done callback would (not in the request's task: a
+        handle's callback settled there would run in that task)."""
         future = self._future
         if future.done():
             return
@@ -82,12 +81,7 @@ class SectionAnswer:
         on_done = self._on_done
         if on_done is not None:
             self._on_done = None
-            try:
-                on_done(future)
-            except Exception as exc:  # as the loop does with a callback's
-                future.get_loop().call_exception_handler(
-                    {"message": "section answer callback failed", "exception": exc}
-                )
+            future.get_loop().call_soon(on_done, future)
 
     @property
     def body_now(self) -> bytes | None:
@@ -326,11 +320,6 @@ class FanIn:
         else:
             # In parts: large sections are written after the frame header as they are.
             api, body = Api.PRODUCE_MANY, produce_many_request_parts(bodies)
-        # Written here if the connection takes it now, its answer handed out by the
-        # connection's reader (no task per request); else a task waits to write it.
-        pending = conn.send_nowait(api, body)
-        if pending is not None and _hand_out_when_done(conn, api, pending, answers, timeout):
-            return
         task = (
             answers[0]._future.get_loop().create_task(self._send(conn, api, body, answers, timeout))
         )
@@ -349,8 +338,6 @@ class FanIn:
             pending = conn.send_nowait(api, body)
             if pending is None:
                 pending = await conn.send(api, body)
-            if _hand_out_when_done(conn, api, pending, answers, timeout):
-                return
             answer = await pending.wait(timeout)
         except JetError as exc:
             for section in answers:
@@ -363,41 +350,11 @@ class FanIn:
                 section._resolve(None, error)
             answers[0]._answered()
             raise
-        _hand_out(conn.label, api, answer, answers)
-
-
-def _hand_out_when_done(
-    conn: Connection,
-    api: int,
-    pending: PendingResponse,
-    answers: list[SectionAnswer],
-    timeout: float,
-) -> bool:
-    """Have the connection's reader (or the loop's timer) hand ``pending``'s answer to
-    ``answers`` when it comes, outside any task (a handle's callback runs there, as for a
-    Produce request of its own); False if the connection cannot (not asyncio)."""
-    label = conn.label
-
-    def answered(_future: object) -> None:
-        try:
-            body = pending.answer_now(timeout)
-        except JetError as exc:
-            for section in answers:
-                section._resolve(None, exc)
-            answers[0]._answered()
-            return
-        _hand_out(label, api, body, answers)
-
-    return pending.when_done(answered, timeout)
-
-
-def _hand_out(label: str, api: int, answer: bytes, answers: list[SectionAnswer]) -> None:
-    """A request's answer to its sections' answers (a Produce request: its one)."""
-    if api == Api.PRODUCE:
-        answers[0]._resolve(answer, None)
-    else:
-        _distribute(label, answer, answers)
-    answers[0]._answered()
+        if api == Api.PRODUCE:
+            answers[0]._resolve(answer, None)
+        else:
+            _distribute(conn.label, answer, answers)
+        answers[0]._answered()
 
 
 def _length(body: RequestBody) -> int:
