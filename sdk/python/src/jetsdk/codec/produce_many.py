@@ -29,6 +29,7 @@ __all__ = [
     "encode_produce_many_request",
     "encode_produce_many_response",
     "produce_many_request_parts",
+    "produce_many_response_sections",
     "produce_many_section_count",
     "produce_many_section_views",
 ]
@@ -163,17 +164,30 @@ def decode_produce_many_response(body: bytes | bytearray | memoryview) -> list[P
     Raises:
         CodecError: truncated or trailing bytes.
     """
+    return [ProduceSection(code, part) for code, part in produce_many_response_sections(body)]
+
+
+def produce_many_response_sections(
+    body: bytes | bytearray | memoryview,
+) -> list[tuple[int, bytes]]:
+    """:func:`decode_produce_many_response` as ``(error_code, body)`` tuples: a client
+    hands out each section as it is (no value type made per partition).
+
+    Raises:
+        CodecError: truncated or trailing bytes.
+    """
     if not isinstance(body, bytes):
         body = bytes(body)
+    head, unpack = _SECTION_HEAD.size, _SECTION_HEAD.unpack_from
     try:
-        count, p = w.get_count(body, 0, _SECTION_HEAD.size, "section")
-        out: list[ProduceSection] = []
+        count, p = w.get_count(body, 0, head, "section")
+        out: list[tuple[int, bytes]] = []
         for _ in range(count):
-            w.need(body, p, _SECTION_HEAD.size, "section head")
-            code, n = _SECTION_HEAD.unpack_from(body, p)
-            p += _SECTION_HEAD.size
+            w.need(body, p, head, "section head")
+            code, n = unpack(body, p)
+            p += head
             w.need(body, p, n, "section")
-            out.append(ProduceSection(code, body[p : p + n]))
+            out.append((code, body[p : p + n]))
             p += n
         w.check_end(body, p, "produce-many response")
     except w.DECODE_ERRORS as exc:

@@ -29,8 +29,8 @@ from jetsdk.codec.limits import DEFAULT_MAX_FRAME_BYTES
 from jetsdk.codec.messages import decode_error
 from jetsdk.codec.produce_many import (
     MAX_PRODUCE_SECTIONS,
-    decode_produce_many_response,
     produce_many_request_parts,
+    produce_many_response_sections,
 )
 from jetsdk.connection import Connection, PendingResponse, RequestBody
 from jetsdk.errors import ClientClosed, JetError, MalformedFrame, Timeout, error_from_body
@@ -55,18 +55,33 @@ def serves_produce_many(conn: Connection) -> bool:
 class SectionAnswer:
     """The answer to one submitted Produce body (as a connection's pending response)."""
 
-    __slots__ = ("_body", "_error", "_future", "label")
+    __slots__ = ("_body", "_error", "_expiry", "_future", "_on_done", "label")
 
-    def __init__(self, future: asyncio.Future[bool], label: str) -> None:
+    def __init__(
+        self, future: asyncio.Future[bool], label: str, expiry: _Expiry | None = None
+    ) -> None:
         self._future = future
         self._body: bytes | None = None
         self._error: JetError | None = None
+        self._on_done: Callable[[object], None] | None = None
+        self._expiry = expiry
+        """The timer of its request's answers (None: an answer of its own, armed by
+        :meth:`when_done`)."""
         self.label = label
 
     def _resolve(self, body: bytes | None, error: JetError | None) -> None:
-        if not self._future.done():
-            self._body, self._error = body, error
-            self._future.set_result(True)
+        """The answer (both None: its wait timed out); the :meth:`when_done` callback runs
+        from the loop, as a future's done callback would (not in the request's task: a
+        handle's callback settled there would run in that task)."""
+        future = self._future
+        if future.done():
+            return
+        self._body, self._error = body, error
+        future.set_result(True)
+        on_done = self._on_done
+        if on_done is not None:
+            self._on_done = None
+            future.get_loop().call_soon(on_done, future)
 
     @property
     def body_now(self) -> bytes | None:
@@ -74,11 +89,28 @@ class SectionAnswer:
         arrived)."""
         return self._body
 
+    def _answered(self) -> None:
+        """Its request was answered (or failed): its timer counts it."""
+        expiry = self._expiry
+        if expiry is not None:
+            expiry.answered()
+
     def when_done(self, callback: Callable[[object], None], timeout: float) -> bool:
-        """Have the loop call ``callback(future)`` once the answer or an error arrived, or
-        ``timeout`` seconds passed (:meth:`wait` then raises Timeout); True."""
-        self._future.add_done_callback(callback)
-        expire_after(self._future, timeout)
+        """Have ``callback(future)`` called once the answer or an error arrived, or
+        ``timeout`` seconds passed (:meth:`wait` then raises Timeout); True. The timeout
+        is its request's one timer (:class:`_Expiry`), not a wait of its own."""
+        future = self._future
+        if future.done():
+            future.get_loop().call_soon(callback, future)
+            return True
+        self._on_done = callback
+        expiry = self._expiry
+        if expiry is None:
+            expiry = self._expiry = _Expiry(future.get_loop(), [self])
+            expiry.timeout = timeout
+            expiry.arm()
+        elif timeout > expiry.timeout:
+            expiry.timeout = timeout
         return True
 
     async def wait(self, timeout: float | None) -> bytes:
@@ -101,6 +133,43 @@ class SectionAnswer:
         return self._body
 
 
+class _Expiry:
+    """The timeout of the answers of one loop turn's requests to a server: one timer
+    (:func:`~jetsdk.expiries.expire_after`) for them all, armed once their bodies are
+    cut, with the longest timeout their :meth:`SectionAnswer.when_done` asked for; when
+    it fires, each answer not resolved yet is resolved as timed out. A wide producer's
+    section registered a timer of its own each (about 20 Python lines and a future's
+    done callback, then a loop handle to call it back, per partition per request)."""
+
+    __slots__ = ("answers", "future", "requests", "timeout")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, answers: list[SectionAnswer]) -> None:
+        self.future: asyncio.Future[bool] = loop.create_future()
+        self.answers = answers
+        self.timeout = 0.0
+        """Seconds the answers may take (0: nobody asked, nothing armed)."""
+        self.requests = 0
+        """Requests of these answers not answered yet (the timer is dropped at 0)."""
+
+    def arm(self) -> None:
+        """Start the timer, if an answer asked for one."""
+        if self.timeout > 0:
+            self.future.add_done_callback(self._expired)
+            expire_after(self.future, self.timeout)
+
+    def answered(self) -> None:
+        """One of the requests was answered (or failed): at the last, drop the timer."""
+        self.requests -= 1
+        future = self.future
+        if self.requests <= 0 and not future.done():
+            future.remove_done_callback(self._expired)
+            future.set_result(True)
+
+    def _expired(self, _future: object) -> None:
+        for answer in self.answers:
+            answer._resolve(None, None)  # (one resolved already ignores it)
+
+
 Cut = Callable[[SectionAnswer], "RequestBody | None"]
 """A partition's batch cut at the end of the turn: given the answer its request will get,
 the request's body (None: nothing to send any more, its sender took it)."""
@@ -109,13 +178,14 @@ the request's body (None: nothing to send any more, its sender took it)."""
 class _Group:
     """What was submitted for one connection in one loop turn."""
 
-    __slots__ = ("answers", "bodies", "cuts", "timeout")
+    __slots__ = ("answers", "bodies", "cuts", "expiry", "timeout")
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.bodies: list[RequestBody] = []
         self.answers: list[SectionAnswer] = []
         self.cuts: list[Cut] = []
         self.timeout = 0.0
+        self.expiry = _Expiry(loop, self.answers)
 
 
 class FanIn:
@@ -127,6 +197,9 @@ class FanIn:
         self._tasks: set[asyncio.Task[None]] = set()
         self._wrote_now: set[Connection] = set()
         """Connections a body was written to at once in this loop turn."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The asyncio loop it runs on, once known (on Python 3.11 each look-up of the
+        running loop is a getpid system call: several a partition's batch)."""
         self.requests = 0
         """Requests sent (ProduceMany or Produce)."""
         self.sections = 0
@@ -135,7 +208,14 @@ class FanIn:
     def takes(self, conn: Connection) -> bool:
         """True if bodies for ``conn`` go through here (its server lists ProduceMany and
         this is asyncio)."""
-        return not conn.closed and serves_produce_many(conn) and running_asyncio_loop() is not None
+        return not conn.closed and serves_produce_many(conn) and self.loop() is not None
+
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The running asyncio loop (None: another one, trio), looked up once."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = running_asyncio_loop()
+        return loop
 
     def writes_now(self, conn: Connection) -> bool:
         """True if :meth:`submit` would write a body for ``conn`` at once, alone: nothing
@@ -156,13 +236,14 @@ class FanIn:
         its end."""
         if not self.takes(conn):
             return None
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        assert loop is not None  # (takes held)
         if self.writes_now(conn):
             pending = self.write_now(conn, body, loop)
             if pending is not None:
                 return pending
         group = self._group(conn, loop, timeout)
-        answer = SectionAnswer(loop.create_future(), conn.label)
+        answer = SectionAnswer(loop.create_future(), conn.label, group.expiry)
         group.bodies.append(body)
         group.answers.append(answer)
         return answer
@@ -185,12 +266,14 @@ class FanIn:
         """Have ``cut`` make a body for ``conn`` at the end of this loop turn, to go with
         the others (a partition's batch then holds every message queued in the turn).
         Only where :meth:`takes` holds."""
-        self._group(conn, asyncio.get_running_loop(), timeout).cuts.append(cut)
+        loop = self._loop
+        assert loop is not None  # (takes held)
+        self._group(conn, loop, timeout).cuts.append(cut)
 
     def _group(self, conn: Connection, loop: asyncio.AbstractEventLoop, timeout: float) -> _Group:
         group = self._open.get(conn)
         if group is None:
-            group = self._open[conn] = _Group()
+            group = self._open[conn] = _Group(loop)
             loop.call_soon(self._flush, conn, group)
         group.timeout = max(group.timeout, timeout)
         return group
@@ -200,14 +283,16 @@ class FanIn:
         :data:`MAX_PRODUCE_SECTIONS` sections or frame limit."""
         if self._open.get(conn) is group:
             del self._open[conn]
-        bodies, answers = group.bodies, group.answers
+        bodies, answers, expiry = group.bodies, group.answers, group.expiry
+        create_future, label = expiry.future.get_loop().create_future, conn.label
         for cut in group.cuts:
-            answer = SectionAnswer(asyncio.get_running_loop().create_future(), conn.label)
+            answer = SectionAnswer(create_future(), label, expiry)
             body = cut(answer)
             if body is not None:
                 bodies.append(body)
                 answers.append(answer)
         limit = _limit(conn)
+        requests = self.requests
         start, size = 0, 4
         for i, body in enumerate(bodies):
             added = _length(body) + _SECTION_OVERHEAD
@@ -217,6 +302,8 @@ class FanIn:
             size += added
         if start < len(bodies):
             self._send_soon(conn, bodies[start:], answers[start:], group.timeout)
+        expiry.requests = self.requests - requests
+        expiry.arm()
 
     def _send_soon(
         self,
@@ -233,7 +320,9 @@ class FanIn:
         else:
             # In parts: large sections are written after the frame header as they are.
             api, body = Api.PRODUCE_MANY, produce_many_request_parts(bodies)
-        task = asyncio.get_running_loop().create_task(self._send(conn, api, body, answers, timeout))
+        task = (
+            answers[0]._future.get_loop().create_task(self._send(conn, api, body, answers, timeout))
+        )
         self._tasks.add(task)  # held until it ends: the loop keeps only weak references
         task.add_done_callback(self._tasks.discard)
 
@@ -253,16 +342,19 @@ class FanIn:
         except JetError as exc:
             for section in answers:
                 section._resolve(None, exc)
+            answers[0]._answered()
             return
         except BaseException:  # cancelled (the loop closes): nobody gets an answer
             error = ClientClosed(f"the request to {conn.label} was cancelled")
             for section in answers:
                 section._resolve(None, error)
+            answers[0]._answered()
             raise
         if api == Api.PRODUCE:
             answers[0]._resolve(answer, None)
-            return
-        _distribute(conn.label, answer, answers)
+        else:
+            _distribute(conn.label, answer, answers)
+        answers[0]._answered()
 
 
 def _length(body: RequestBody) -> int:
@@ -273,7 +365,7 @@ def _length(body: RequestBody) -> int:
 def _distribute(label: str, answer: bytes, answers: Sequence[SectionAnswer]) -> None:
     """Hand each section of a ProduceMany response to its submitter."""
     try:
-        sections = decode_produce_many_response(answer)
+        sections = produce_many_response_sections(answer)
         if len(sections) != len(answers):
             raise CodecError(f"{len(sections)} sections answer {len(answers)}")
     except CodecError as exc:
@@ -281,12 +373,12 @@ def _distribute(label: str, answer: bytes, answers: Sequence[SectionAnswer]) -> 
         for pending in answers:
             pending._resolve(None, error)
         return
-    for pending, section in zip(answers, sections, strict=True):
-        if section.error_code == 0:
-            pending._resolve(section.body, None)
+    for pending, (code, body) in zip(answers, sections, strict=True):
+        if code == 0:
+            pending._resolve(body, None)
             continue
         try:
-            pending._resolve(None, error_from_body(decode_error(section.body)))
+            pending._resolve(None, error_from_body(decode_error(body)))
         except CodecError as exc:
             pending._resolve(None, MalformedFrame(f"undecodable section error from {label}: {exc}"))
 

@@ -133,7 +133,8 @@ class Sender:
             and not sender.direct  # (a direct send's end sends what was queued behind it)
             # A wide producer's message mostly meets its partition's batch in flight, whose
             # answer sends it: asked first (send_now would refuse it then, holding no slot).
-            and not (writes.wide and writes.answer_sends_next(sender))
+            # (BatchWrites.answer_sends_next, inline: once per message.)
+            and not (writes.wide and len(written := sender.written) == 1 and not written[0].claimed)
             and not writes.send_now(partition, sender)
         ):
             sender.wake.set()
