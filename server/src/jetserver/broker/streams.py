@@ -390,6 +390,12 @@ class StreamManager:
             self._scope.done(plan, self._running)
 
     async def _close_partition(self, key: tuple[str, int], running: RunningPartition) -> None:
+        await self._stop_running(key, running)
+        release_frozen()
+        log.info("partition closed", extra=fields(stream=key[0], partition=key[1]))
+
+    async def _stop_running(self, key: tuple[str, int], running: RunningPartition) -> None:
+        """Forget ``running``, end its applier, unsubscribe it and stop it, undrained."""
         self._running.pop(key, None)
         if running.scope is not None:
             running.scope.cancel()
@@ -398,8 +404,6 @@ class StreamManager:
             running.sub = None
         running.replica.stop(drain=False)
         await running.replica.wait_stopped()
-        release_frozen()
-        log.info("partition closed", extra=fields(stream=key[0], partition=key[1]))
 
     async def _applier(self, running: RunningPartition) -> None:
         """Hand the replica each new assignment, in order, until it is closed."""
@@ -484,10 +488,6 @@ class StreamManager:
         self.pending.drop_stream(name)
         for p in range(meta.spec.partitions):
             self.offline.opened(name, p)
-            running = self._running.pop((name, p), None)
-            if running is None:
-                continue
-            if running.sub is not None:
-                await running.sub.unsubscribe()
-            running.replica.stop(drain=False)
-            await running.replica.wait_stopped()
+            running = self._running.get((name, p))
+            if running is not None:
+                await self._stop_running((name, p), running)
