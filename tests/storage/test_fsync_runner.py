@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +23,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from jetserver.storage import Log, SyncFailedError, files, fsync_runner, fsync_threads
+from jetserver.storage import Log, SyncFailedError, cpu_waits, files, fsync_runner, fsync_threads
 from jetserver.storage import log as log_module
 from jetserver.storage.fsync_runner import FsyncRunner
 
@@ -42,6 +44,13 @@ class Clock:
     def __init__(self) -> None:
         self.now = 100.0
         self.fsync_s = 0.0002
+        self.waited = 0.0
+        """The loop thread's waits for a CPU so far (``cpu_waits.thread_cpu_wait_s``)."""
+        self.wait_s = 0.0
+        """How much of each fdatasync's ``fsync_s`` was such a wait."""
+
+    def waits(self) -> float:
+        return self.waited
 
     def __call__(self) -> float:
         return self.now
@@ -55,8 +64,10 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     def timed(fd: int) -> None:
         real(fd)
         c.now += c.fsync_s
+        c.waited += c.wait_s
 
     monkeypatch.setattr(log_module, "fdatasync", timed)
+    monkeypatch.setattr(cpu_waits, "thread_cpu_wait_s", c.waits)
     return c
 
 
@@ -187,6 +198,87 @@ async def test_a_slow_fsync_sends_the_next_ones_to_threads_for_a_while(
     assert (runner.loop_fsyncs, runner.thread_fsyncs) == (2, 3)
 
 
+async def test_a_loop_fsync_slow_only_by_the_threads_wait_for_a_cpu_starts_no_back_off(
+    log: Log, clock: Clock
+) -> None:
+    """The loop thread preempted in its fdatasync (a loaded machine: 40 ms by the wall
+    clock, 39.8 of them runnable but not running) is not a slow disk: the next fsyncs stay
+    on the loop. Failed before: the wall clock alone started a back-off of 10 s."""
+    runner = FsyncRunner(clock=clock)
+    clock.fsync_s, clock.wait_s = fsync_runner.SLOW_FSYNC_S * 2, fsync_runner.SLOW_FSYNC_S * 1.99
+    log.append(bodies(1), 1, 0)
+    assert await runner.flush(log) == 1
+    assert (runner.loop_fsyncs, runner.slow_fsyncs, runner.waited_fsyncs) == (1, 0, 1)
+    clock.fsync_s, clock.wait_s = 0.0002, 0.0
+    clock.now += fsync_runner.WINDOW_S * 10  # (its share of the loop's time decayed)
+    log.append(bodies(1, start=1), 1, 0)
+    assert await runner.flush(log) == 2
+    assert (runner.loop_fsyncs, runner.thread_fsyncs) == (2, 0)
+
+
+async def test_a_slow_system_call_starts_the_back_off_whatever_the_thread_waited_before(
+    log: Log, clock: Clock
+) -> None:
+    """The waits for a CPU subtracted are those since a reading at most
+    ``cpu_waits.REFRESH_S`` old: a wait long before the fsync does not excuse a slow
+    disk, and one within the fsync excuses only its own length."""
+    runner = FsyncRunner(clock=clock)
+    log.append(bodies(1), 1, 0)
+    assert await runner.flush(log) == 1  # a reading of the waits
+    clock.now += cpu_waits.REFRESH_S * 2
+    clock.waited += 5.0  # the thread waited long, between fsyncs
+    clock.fsync_s, clock.wait_s = fsync_runner.SLOW_FSYNC_S * 3, fsync_runner.SLOW_FSYNC_S
+    log.append(bodies(1, start=1), 1, 0)
+    assert await runner.flush(log) == 2
+    assert (runner.loop_fsyncs, runner.slow_fsyncs, runner.waited_fsyncs) == (2, 1, 0)
+    clock.fsync_s, clock.wait_s = 0.0002, 0.0
+    log.append(bodies(1, start=2), 1, 0)
+    await runner.flush(log)
+    assert (runner.loop_fsyncs, runner.thread_fsyncs) == (2, 1)
+
+
+async def test_a_slow_lock_around_a_fast_system_call_starts_no_back_off(
+    log: Log, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the back-off times is the system call: 40 ms spent in the log's bookkeeping
+    around a fast fdatasync (a lock another thread held, the group commit) is not the
+    disk's."""
+    runner = FsyncRunner(clock=clock)
+    real = log_module.FileLease
+
+    def slow_lease(file: Any) -> Any:
+        clock.now += fsync_runner.SLOW_FSYNC_S * 2
+        return real(file)
+
+    monkeypatch.setattr(log_module, "FileLease", slow_lease)
+    log.append(bodies(1), 1, 0)
+    assert await runner.flush(log) == 1
+    assert (runner.loop_fsyncs, runner.slow_fsyncs, runner.waited_fsyncs) == (1, 0, 1)
+
+
+def test_a_threads_waits_for_a_cpu_are_read_from_the_kernel() -> None:
+    """``thread_cpu_wait_s`` is this thread's run delay (Linux): it grows while the
+    thread shares one CPU with a busy process."""
+    if not os.path.exists("/proc/thread-self/schedstat"):
+        pytest.skip("no /proc/thread-self/schedstat")
+    cpu = min(os.sched_getaffinity(0))
+    saved = os.sched_getaffinity(0)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {cpu})
+        os.sched_setaffinity(0, {cpu})  # (this thread only)
+        before = cpu_waits.thread_cpu_wait_s()
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:
+            pass
+        waited = cpu_waits.thread_cpu_wait_s() - before
+    finally:
+        os.sched_setaffinity(0, saved)
+        hog.kill()
+        hog.wait(WAIT)
+    assert waited > 0.01
+
+
 async def test_a_loop_busy_with_fsyncs_hands_them_to_threads(log: Log, clock: Clock) -> None:
     runner = FsyncRunner(clock=clock)
     clock.fsync_s = 0.001  # fast enough, but back to back: every ms of loop time is fsync
@@ -234,8 +326,8 @@ async def test_the_loop_never_waits_for_another_threads_fsync(
         # in CI as thread_fsyncs == 0). The loop counts as free: only the busy log decides.
         unless_busy = Log.flush_unless_busy
 
-        def looked(log_: Log, upto: int | None = None) -> int | None:
-            flushed = unless_busy(log_, upto)
+        def looked(log_: Log, upto: int | None = None, timed: Any = None) -> int | None:
+            flushed = unless_busy(log_, upto, timed)
             release.set()
             return flushed
 

@@ -242,9 +242,18 @@ def _fsyncs(out: list[str], src: MetricsSources) -> None:
         out,
         "jet_fsyncs_slow_total",
         "counter",
-        "fsyncs on the event loop slower than 20 ms (each sends fsyncs to threads for 10 s).",
+        "fsyncs on the event loop whose system call, less the loop thread's waits for a CPU,"
+        " took over 20 ms (each sends fsyncs to threads for 10 s).",
     )
     out.append(f"jet_fsyncs_slow_total {runner.slow_fsyncs}")
+    _head(
+        out,
+        "jet_fsyncs_waited_total",
+        "counter",
+        "fsyncs on the event loop over 20 ms by the wall clock only (the loop thread waited"
+        " for a CPU, or the time was outside the system call): no back-off.",
+    )
+    out.append(f"jet_fsyncs_waited_total {runner.waited_fsyncs}")
     _head(
         out,
         "jet_large_writes_total",

@@ -16,7 +16,10 @@ the loop unless:
   stop it from serving them (tests/server/test_durability_written.py);
 * an fsync on the loop recently took longer than :data:`SLOW_FSYNC_S` (a slow or stalling
   disk): for :data:`SLOW_BACKOFF_S` every fsync goes to a worker thread, so a disk that
-  stalls stalls the loop for at most one fsync per back-off period;
+  stalls stalls the loop for at most one fsync per back-off period. What counts is the
+  system call alone (not the group commit's locks and bookkeeping around it), less the
+  loop thread's waits for a CPU meanwhile (:mod:`jetserver.storage.cpu_waits`): a loop
+  preempted on a loaded machine is not a slow disk;
 * fsyncs on the loop took more than :data:`LOOP_SHARE` of its time lately (a decaying sum
   over :data:`WINDOW_S`): under load the loop has other work, and a thread lets it parse
   the next requests while the disk works (group commit then covers them);
@@ -81,6 +84,7 @@ import attrs
 from jetserver.infra import hops
 from jetserver.logs import fields
 from jetserver.storage import Log, durability_trace
+from jetserver.storage.cpu_waits import LoopSyscalls
 from jetserver.storage.errors import StorageError
 from jetserver.storage.files import fdatasync
 from jetserver.storage.flush_batch import FlushBatch, flush_all
@@ -132,7 +136,10 @@ class FsyncRunner:
     thread_fsyncs: int = 0
     """fsyncs handed to a worker thread."""
     slow_fsyncs: int = 0
-    """fsyncs on the loop slower than :data:`SLOW_FSYNC_S`."""
+    """fsyncs on the loop whose system call, less the loop thread's waits for a CPU, took
+    longer than :data:`SLOW_FSYNC_S` (each started a back-off)."""
+    waited_fsyncs: int = 0
+    """fsyncs on the loop that took longer by the wall clock only (no back-off)."""
     thread_jobs: int = 0
     """Batches handed to worker threads (the fsyncs asked for in one loop turn)."""
     thread_sync: Callable[[int], None] | None = attrs.field(default=None, repr=False)
@@ -152,6 +159,9 @@ class FsyncRunner:
     _busy: float = 0.0
     _busy_at: float = 0.0
     _threads_until: float = 0.0
+    _syscalls: LoopSyscalls = attrs.field(
+        default=attrs.Factory(lambda self: LoopSyscalls(self.clock), takes_self=True), repr=False
+    )
 
     async def flush(
         self,
@@ -378,10 +388,11 @@ class FsyncRunner:
 
     def _fsync_here(self, log_: Log, upto: int | None) -> int | None:
         start = self.clock()
+        self._syscalls.mark(start)
         if hops.ENABLED:
             hops.mark("loop_fsync.start")
         try:
-            flushed = log_.flush_unless_busy(upto)
+            flushed = log_.flush_unless_busy(upto, self._syscalls.timed)
         finally:
             self._spent(start)
             if hops.ENABLED:
@@ -402,9 +413,10 @@ class FsyncRunner:
         message at RF 3 ack ALL, 500 msg/s, where the share sent every fsync there."""
         if len(data) <= INLINE_MAX_BYTES and self._loop_allowed() and await _loop_free():
             start = self.clock()
+            self._syscalls.mark(start)
             try:
                 log_.append_raw(data)
-                flushed = log_.flush_unless_busy()
+                flushed = log_.flush_unless_busy(None, self._syscalls.timed)
             finally:
                 self._spent(start)
             if flushed is not None:
@@ -479,17 +491,29 @@ class FsyncRunner:
         self._busy_at = now
 
     def _spent(self, start: float) -> None:
+        """A loop fsync (and what ran with it) since ``start``: its share of the loop's
+        time, and the back-off if its system call was slow (module docstring)."""
         now = self.clock()
         took = now - start
         self._decay(now)
         self._busy += took
-        if took > SLOW_FSYNC_S:
-            self.slow_fsyncs += 1
-            self._threads_until = now + SLOW_BACKOFF_S
-            log.warning(
-                "slow fsync on the event loop; fsyncs go to worker threads for a while",
-                extra=fields(took_ms=round(took * 1000, 2), for_s=SLOW_BACKOFF_S),
-            )
+        if took <= SLOW_FSYNC_S:
+            return
+        syscall, waited = self._syscalls.net()
+        if syscall - waited <= SLOW_FSYNC_S:
+            self.waited_fsyncs += 1
+            return
+        self.slow_fsyncs += 1
+        self._threads_until = now + SLOW_BACKOFF_S
+        log.warning(
+            "slow fsync on the event loop; fsyncs go to worker threads for a while",
+            extra=fields(
+                took_ms=round(took * 1000, 2),
+                syscall_ms=round(syscall * 1000, 2),
+                cpu_wait_ms=round(waited * 1000, 2),
+                for_s=SLOW_BACKOFF_S,
+            ),
+        )
 
 
 async def _loop_free(loop: asyncio.AbstractEventLoop | None = None) -> bool:

@@ -18,6 +18,9 @@ COVERED = -1
 """:meth:`GroupCommit.try_start`: nothing to fsync (flushed up to the offset asked for)."""
 BUSY = -2
 """:meth:`GroupCommit.try_start`: another fsync runs (it may cover the offset asked for)."""
+Timed = Callable[[Callable[[int], None], int], None] | None
+"""``timed(fdatasync, fd)``: makes an fsync's system call for a caller that times it alone
+(:meth:`Log.flush_unless_busy <jetserver.storage.Log.flush_unless_busy>`); None: not timed."""
 
 
 @attrs.define(slots=True, eq=False)

@@ -22,7 +22,7 @@ from jetserver.storage.files import (
     fsync_directory,
 )
 from jetserver.storage.framing import Body
-from jetserver.storage.group_commit import COVERED, PendingSync
+from jetserver.storage.group_commit import COVERED, PendingSync, Timed
 from jetserver.storage.idle_files import ACTIVE_FILES, IdleFiles
 from jetserver.storage.log_state import LogState
 from jetserver.storage.maintenance import Maintenance
@@ -475,9 +475,10 @@ class Log:
         state = self._state
         return state.appended_bytes - state.synced_bytes
 
-    def flush_unless_busy(self, upto: int | None = None) -> int | None:
-        """:meth:`flush`, or None if it would wait for another thread's fsync (event loop)."""
-        return self._flush(upto, wait=False)
+    def flush_unless_busy(self, upto: int | None = None, timed: Timed = None) -> int | None:
+        """:meth:`flush`, or None if it would wait for another thread's fsync (event loop);
+        ``timed(fdatasync, fd)`` makes the system call if given (the runner times it alone)."""
+        return self._flush(upto, wait=False, timed=timed)
 
     def begin_sync(self) -> PendingSync | int | None:
         """:meth:`flush`'s bookkeeping before the fsync, for a caller that runs the fsync
@@ -530,7 +531,7 @@ class Log:
             error = StorageError(f"fsync of {pending.segment.log_path} failed: {error}")
         return state.commit.finish(pending.generation, pending.covered, error)
 
-    def _flush(self, upto: int | None, *, wait: bool) -> int | None:
+    def _flush(self, upto: int | None, *, wait: bool, timed: Timed = None) -> int | None:
         state = self._state
 
         def target() -> int:
@@ -547,7 +548,10 @@ class Log:
 
             def sync() -> None:
                 try:
-                    fdatasync(seg.file.fd)
+                    if timed is None:
+                        fdatasync(seg.file.fd)
+                    else:
+                        timed(fdatasync, seg.file.fd)
                 except OSError as exc:
                     raise StorageError(f"fsync of {seg.log_path} failed: {exc}") from exc
                 finally:
