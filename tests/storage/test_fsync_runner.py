@@ -198,6 +198,16 @@ async def test_a_slow_fsync_sends_the_next_ones_to_threads_for_a_while(
     assert (runner.loop_fsyncs, runner.thread_fsyncs) == (2, 3)
 
 
+async def _flush_one(
+    runner: FsyncRunner, log: Log, clock: Clock, fsync_s: float = 0.0002, wait_s: float = 0.0
+) -> int:
+    """Append a record and flush it, its fdatasync taking ``fsync_s`` by the clock, of
+    which the loop thread waited ``wait_s`` for a CPU."""
+    clock.fsync_s, clock.wait_s = fsync_s, wait_s
+    log.append(bodies(1, start=log.log_end_offset), 1, 0)
+    return await runner.flush(log)
+
+
 async def test_a_loop_fsync_slow_only_by_the_threads_wait_for_a_cpu_starts_no_back_off(
     log: Log, clock: Clock
 ) -> None:
@@ -205,14 +215,11 @@ async def test_a_loop_fsync_slow_only_by_the_threads_wait_for_a_cpu_starts_no_ba
     clock, 39.8 of them runnable but not running) is not a slow disk: the next fsyncs stay
     on the loop. Failed before: the wall clock alone started a back-off of 10 s."""
     runner = FsyncRunner(clock=clock)
-    clock.fsync_s, clock.wait_s = fsync_runner.SLOW_FSYNC_S * 2, fsync_runner.SLOW_FSYNC_S * 1.99
-    log.append(bodies(1), 1, 0)
-    assert await runner.flush(log) == 1
+    slow = fsync_runner.SLOW_FSYNC_S
+    assert await _flush_one(runner, log, clock, slow * 2, slow * 1.99) == 1
     assert (runner.loop_fsyncs, runner.slow_fsyncs, runner.waited_fsyncs) == (1, 0, 1)
-    clock.fsync_s, clock.wait_s = 0.0002, 0.0
     clock.now += fsync_runner.WINDOW_S * 10  # (its share of the loop's time decayed)
-    log.append(bodies(1, start=1), 1, 0)
-    assert await runner.flush(log) == 2
+    assert await _flush_one(runner, log, clock) == 2
     assert (runner.loop_fsyncs, runner.thread_fsyncs) == (2, 0)
 
 
@@ -223,17 +230,13 @@ async def test_a_slow_system_call_starts_the_back_off_whatever_the_thread_waited
     ``cpu_waits.REFRESH_S`` old: a wait long before the fsync does not excuse a slow
     disk, and one within the fsync excuses only its own length."""
     runner = FsyncRunner(clock=clock)
-    log.append(bodies(1), 1, 0)
-    assert await runner.flush(log) == 1  # a reading of the waits
+    await _flush_one(runner, log, clock)  # a reading of the waits
     clock.now += cpu_waits.REFRESH_S * 2
     clock.waited += 5.0  # the thread waited long, between fsyncs
-    clock.fsync_s, clock.wait_s = fsync_runner.SLOW_FSYNC_S * 3, fsync_runner.SLOW_FSYNC_S
-    log.append(bodies(1, start=1), 1, 0)
-    assert await runner.flush(log) == 2
+    slow = fsync_runner.SLOW_FSYNC_S
+    await _flush_one(runner, log, clock, slow * 3, slow)
     assert (runner.loop_fsyncs, runner.slow_fsyncs, runner.waited_fsyncs) == (2, 1, 0)
-    clock.fsync_s, clock.wait_s = 0.0002, 0.0
-    log.append(bodies(1, start=2), 1, 0)
-    await runner.flush(log)
+    assert await _flush_one(runner, log, clock) == 3
     assert (runner.loop_fsyncs, runner.thread_fsyncs) == (2, 1)
 
 
