@@ -100,6 +100,7 @@ def test_a_measured_run_records_each_tests_outcome(tmp_path: Path) -> None:
     out = tmp_path / "cpu"
     tests_dir = Path(__file__).resolve().parent.parent
     env = {**os.environ, OUT_ENV: str(out), "PYTHONPATH": str(tests_dir)}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # 1.3 CPU-s to start, not 2.6 (load ~48)
     plugins = ["-p", "support.cpu_meter", "-p", "no:cacheprovider"]
     where = ["-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path / "test_three.py")]
     run = subprocess.run(
