@@ -234,6 +234,20 @@ s with 4 MiB (0.90x / 0.84x; the rounds' spread 9.3-22.1 s), the send 10.1 again
 the server's CPU a call 1.22 against 0.77 s (the Producer's 1.18), the workers' 0.73
 against 0.64 s: past Spark's job start the sinks keep the Producer's pace.
 
+``JET_BENCH_SPARK_PARTS=16384 python -m bench spark --quick``, this bench file over
+/tmp/base25's packages (e793e834) and over this tree, one pair (the base first; a second
+pair did not fit the session; wall ratios are the load's): 2,000 rows, base at load 16-28
+/ this tree at load 29-39: jetstream 0.11x / 0.14x, jetstream-jvm 0.19x / 0.18x (JVM 0.82
+/ 0.73 CPU-s a query), foreach_batch_sink 0.52x / 0.42x (JVM 0.44 / 0.41 s, workers 0.18
+/ 0.14 s a call), df.write 0.60x / 0.53x (JVM 0.29 / 0.35 s, workers 0.16 / 0.13 s);
+20,000 rows: jetstream-jvm 1.34x / 1.10x of the Consumer in its batch (1.14x / 0.90x
+with the query's start), the JVM 1.26 / 1.24 CPU-s a query. So at 20,000 rows the JVM
+reader meets 0.8x either way; at 2,000 neither reader nor any Spark source does (part
+``floor``, base, load 49: Consumer 2,210 rows/s, jetstream 0.03x, jetstream-jvm 0.18x,
+parquet 0.12x, the literal 0.17x, 1-row batches 3.4-5.5 s). The sinks at 2,000 rows
+stay under 0.7x: Spark's job start and Arrow stream come before a send that cannot start
+earlier; at 10,000 rows they were at 0.84-0.90x (above).
+
 TLS: the JVM reader takes the Python source's TLS options now (tls, tlsCa, tlsCert +
 tlsKey, tlsServerHostname; ``jet.spark.JetTls``): ``source_format`` no longer sends a TLS
 read to the Python reader.
