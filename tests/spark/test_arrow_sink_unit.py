@@ -116,11 +116,18 @@ def test_a_header_without_key_is_a_column_error() -> None:
 class _FakeWriter(_write._TaskWriter):
     """The task writer with a fixed partition count and requests recorded, not sent."""
 
-    def __init__(self, task: int, partitions: int, stream: str | None = "s") -> None:
+    def __init__(
+        self,
+        task: int,
+        partitions: int,
+        stream: str | None = "s",
+        request_bytes: int = _write.MAX_CHUNK_BYTES,
+    ) -> None:
         raw = {"servers": "127.0.0.1:1"} | ({"stream": stream} if stream else {})
         self.opts = sink_options(raw)
         self.producer_id = 1
         self.task = task
+        self.request_bytes = request_bytes
         self.partition_counts = {"s": partitions, "t": 2}
         self.targets = {}
         self.init_rows()
@@ -173,10 +180,12 @@ def _sort_key(row: dict[str, Any]) -> tuple[Any, ...]:
     return (offset is not None, offset or 0, part is not None, part or 0, message)
 
 
-def _reference(rows: list[dict[str, Any]], task: int, partitions: int) -> list[Any]:
+def _reference(
+    rows: list[dict[str, Any]], task: int, partitions: int, limit: int = _write.MAX_CHUNK_BYTES
+) -> list[Any]:
     """The row-at-a-time rules of the sinks: rows sorted by content, partition choice,
     then a request closes before a row when it holds MAX_CHUNK_MESSAGES or the row would
-    take its estimate over MAX_CHUNK_BYTES."""
+    take its estimate over ``limit`` (the writer's request_bytes)."""
     chunks: dict[int, list[int]] = {}  # partition -> [count, bytes]
     seqs: dict[int, int] = {}
     sent = []
@@ -192,7 +201,7 @@ def _reference(rows: list[dict[str, Any]], task: int, partitions: int) -> list[A
             part = partition_for_key(key, partitions)
         size = len(value) + len(key or b"")
         count, nbytes = chunks.setdefault(part, [0, 0])
-        if count and (count >= _write.MAX_CHUNK_MESSAGES or nbytes + size > _write.MAX_CHUNK_BYTES):
+        if count and (count >= _write.MAX_CHUNK_MESSAGES or nbytes + size > limit):
             sent.append(("s", part, seqs.get(part, 0), count))
             seqs[part] = seqs.get(part, 0) + count
             count, nbytes = 0, 0
@@ -203,8 +212,10 @@ def _reference(rows: list[dict[str, Any]], task: int, partitions: int) -> list[A
     return sent
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_partitions_sequences_and_cuts_match_the_row_at_a_time_rules(seed: int) -> None:
+@pytest.mark.parametrize(
+    ("seed", "limit"), [(1, _write.MAX_CHUNK_BYTES), (2, 1 << 20), (3, 1 << 20)]
+)
+def test_partitions_sequences_and_cuts_match_the_row_at_a_time_rules(seed: int, limit: int) -> None:
     rng = random.Random(seed)
     sizes = [0, 10, 100, 3000, 40_000]
     rows = [
@@ -215,16 +226,20 @@ def test_partitions_sequences_and_cuts_match_the_row_at_a_time_rules(seed: int) 
         }
         for _ in range(9000)
     ]
-    writer = _write_in_batches(rows, rng, task=5, partitions=3)
-    expected = _reference(rows, task=5, partitions=3)
+    writer = _write_in_batches(rows, rng, task=5, partitions=3, request_bytes=limit)
+    expected = _reference(rows, task=5, partitions=3, limit=limit)
     assert sorted(writer.sent) == sorted(expected)
     assert writer.keyless == sum(1 for r in rows if r["key"] is None and r["partition"] is None)
 
 
 def _write_in_batches(
-    rows: list[dict[str, Any]], rng: random.Random, task: int, partitions: int
+    rows: list[dict[str, Any]],
+    rng: random.Random,
+    task: int,
+    partitions: int,
+    request_bytes: int = _write.MAX_CHUNK_BYTES,
 ) -> _FakeWriter:
-    writer = _FakeWriter(task=task, partitions=partitions)
+    writer = _FakeWriter(task=task, partitions=partitions, request_bytes=request_bytes)
     for batch in arrow_batches(rows, rng, [1, 7, 500, 2500]):
         writer.add_batch(batch)
     writer.finish()

@@ -180,8 +180,10 @@ def test_options_it_lacks_go_to_the_python_reader(
     plain = {"servers": _servers(spark_jet), "streams": "s", "startingOffsets": "earliest"}
     assert source_format(spark, plain) == JVM_FORMAT
     with caplog.at_level(logging.WARNING, logger="jetspark"):
-        assert source_format(spark, {**plain, "subjects": "a.>", "tls": "true"}) == "jetstream"
-    assert "subjects, tls" in caplog.text
+        assert source_format(spark, {**plain, "subjects": "a.>", "group": "g"}) == "jetstream"
+    assert "group, subjects" in caplog.text
+    tls = {"tls": "true", "tlsCa": "/ca.pem", "tlsServerHostname": "jet.example"}
+    assert source_format(spark, {**plain, **tls}) == JVM_FORMAT
     name = unique("jvm-opt")
     create(spark_jet.servers, name, partitions=1)
     with pytest.raises(Exception, match='use format "jetstream"'):

@@ -69,14 +69,20 @@ __all__ = [
     "MAX_REQUESTS_IN_FLIGHT",
     "WriteStats",
     "check_columns",
+    "chunk_bytes_for",
     "producer_id_for",
     "write_batches",
 ]
 
 MAX_CHUNK_MESSAGES = 2000
 """Most messages in one Produce request."""
-MAX_CHUNK_BYTES = 1 << 20
-"""Most (estimated) bytes in one Produce request."""
+MAX_CHUNK_BYTES = 4 << 20
+"""Most (estimated) bytes in one Produce request, and at most half the server's frame limit
+(:func:`chunk_bytes_for`). 4 MiB, not the Producer's 1 MiB batches: a task sends only once
+its last row came (its content order), all of it at once, so fewer, larger requests cost
+fewer round trips and wake-ups; at 16 KiB values (2,000 rows, 2 tasks, ack ALL, 6
+alternating calls, load 33-35) the server's CPU a foreach_batch_sink call was 0.16 s
+against 0.22 s with 1 MiB (the Producer's 0.19 s), the send's wall time alike."""
 MAX_REQUESTS_IN_FLIGHT = 64
 """Most Produce requests of one writer task awaiting their answers (one per partition)."""
 VIEW_MIN_MESSAGE_BYTES = 4096
@@ -213,6 +219,7 @@ class _TaskWriter:
         )
         self.partition_counts: dict[str, int] = {}
         self.targets: dict[tuple[str, int], _Target] = {}
+        self.request_bytes = chunk_bytes_for(self.bridge.client.max_frame_bytes)
         self.init_rows()
         self.written = 0
         self.duplicates = 0
@@ -363,7 +370,8 @@ class _TaskWriter:
         """Add one target's encoded messages (``pieces(slice(i, j))``: messages i..j-1,
         ``sizes`` theirs) to its requests (sent by :meth:`finish`): a request closes
         before a message when it holds MAX_CHUNK_MESSAGES, or when the message would take
-        its estimated bytes (sizes + 16 per message) over MAX_CHUNK_BYTES."""
+        its estimated bytes (sizes + 16 per message) over :attr:`request_bytes`."""
+        limit = self.request_bytes
         target = self.targets.get((stream, partition))
         if target is None:
             target = self.targets[(stream, partition)] = _Target()
@@ -373,11 +381,11 @@ class _TaskWriter:
         while i < m:
             if target.chunk_count and (
                 target.chunk_count >= MAX_CHUNK_MESSAGES
-                or target.chunk_bytes + int(sizes[i]) > MAX_CHUNK_BYTES
+                or target.chunk_bytes + int(sizes[i]) > limit
             ):
                 _close(target)
-            # rows i..e-1 fit: each with chunk bytes so far + its size <= MAX_CHUNK_BYTES
-            bound = MAX_CHUNK_BYTES + 16 - target.chunk_bytes + int(cum[i])
+            # rows i..e-1 fit: each with chunk bytes so far + its size <= limit
+            bound = limit + 16 - target.chunk_bytes + int(cum[i])
             end = int(np.searchsorted(cum, bound, side="right")) - 1
             end = max(i + 1, min(end, i + MAX_CHUNK_MESSAGES - target.chunk_count, m))
             target.chunk += pieces(slice(i, end))
@@ -444,6 +452,13 @@ class _TaskWriter:
         for (stream, partition), target in self.targets.items():
             self.settle(stream, partition, target)
         return WriteStats(self.task, self.written, self.duplicates)
+
+
+def chunk_bytes_for(max_frame_bytes: int) -> int:
+    """The most (estimated) bytes of one Produce request to a server whose frames may hold
+    ``max_frame_bytes`` (its Hello): :data:`MAX_CHUNK_BYTES`, or half the frame limit where
+    that is lower (a request's estimate leaves out its header and the messages' framing)."""
+    return max(1, min(MAX_CHUNK_BYTES, max_frame_bytes // 2))
 
 
 def take(data: pa.ChunkedArray, rows: I64) -> pa.ChunkedArray:

@@ -13,7 +13,7 @@ by a hash of the sources and the Spark version, and the session gets the jar at 
 
 The JVM reader has the Python source's rows and offsets (spec/spark.md, "The JVM reader"):
 its checkpoints and the Python source's carry over either way. It takes a subset of the
-options (:data:`JVM_OPTIONS`): plaintext connections (with a token or user + password),
+options (:data:`JVM_OPTIONS`): plaintext or TLS connections (with a token or user + password),
 streams by name, start and end offsets, maxRecordsPerTrigger, includeHeaders.
 :func:`source_format` picks ``jetstream`` (and logs why) for any other option, or when the
 session does not have the jar.
@@ -68,6 +68,11 @@ JVM_OPTIONS = frozenset(
         "token",
         "user",
         "password",
+        "tls",
+        "tlsca",
+        "tlscert",
+        "tlskey",
+        "tlsserverhostname",
     }
 )
 """The source options (lower case) the JVM reader takes; the jar refuses the Python source's

@@ -28,8 +28,7 @@ final class JetClient implements Closeable {
   }
 
   private final List<String> servers;
-  private final int timeoutMs;
-  private final Map<String, String> auth;
+  private final JetOptions opts;
   private final Map<String, JetWire> wires = new HashMap<>();
   private final Map<String, String> addressOf = new HashMap<>();
   private final Map<String, String> leaderOf = new HashMap<>();
@@ -37,15 +36,14 @@ final class JetClient implements Closeable {
 
   JetClient(JetOptions opts) {
     this.servers = opts.servers;
-    this.timeoutMs = opts.timeoutMs;
-    this.auth = opts.auth;
+    this.opts = opts;
   }
 
   /** A connection to {@code address}, opened on first use. */
   JetWire wire(String address) throws IOException {
     JetWire w = wires.get(address);
     if (w == null) {
-      w = new JetWire(address, timeoutMs, auth);
+      w = new JetWire(address, opts);
       wires.put(address, w);
     }
     return w;
@@ -93,7 +91,8 @@ final class JetClient implements Closeable {
         last = e;
       }
     }
-    throw new IOException("jetstream-jvm: no server of " + servers + " answered", last);
+    throw new IOException("jetstream-jvm: no server of " + servers + " answered"
+        + (last == null ? "" : ": " + last.getMessage()), last);
   }
 
   /** The partitions of {@code stream}, or null if it does not exist. */

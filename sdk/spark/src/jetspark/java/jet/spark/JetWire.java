@@ -14,7 +14,8 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 
 /**
- * One plaintext connection to a jet server (spec/protocol.md, "Frame"): requests are sent
+ * One connection to a jet server, plaintext or TLS ({@link JetTls}; spec/protocol.md,
+ * "Frame"): requests are sent
  * and answered one at a time, or pipelined ({@link #send}, then {@link #receive} or
  * {@link #frame} for answers in any order, several to a FetchStream).
  */
@@ -45,7 +46,7 @@ final class JetWire implements Closeable {
 
   static final int AUTHENTICATE = 10;
 
-  JetWire(String address, int timeoutMs, java.util.Map<String, String> auth) throws IOException {
+  JetWire(String address, JetOptions opts) throws IOException {
     this.address = address;
     int colon = address.lastIndexOf(':');
     if (colon < 0) {
@@ -53,13 +54,14 @@ final class JetWire implements Closeable {
     }
     String host = address.substring(0, colon);
     int port = Integer.parseInt(address.substring(colon + 1));
-    socket = new Socket();
-    socket.setTcpNoDelay(true);
-    socket.setSoTimeout(timeoutMs);
-    socket.connect(new InetSocketAddress(host, port), timeoutMs);
+    Socket plain = new Socket();
+    plain.setTcpNoDelay(true);
+    plain.setSoTimeout(opts.timeoutMs);
+    plain.connect(new InetSocketAddress(host, port), opts.timeoutMs);
+    socket = opts.tls ? JetTls.wrap(plain, host, port, opts) : plain;
     in = new DataInputStream(new BufferedInputStream(socket.getInputStream(), 65536));
     out = new DataOutputStream(new BufferedOutputStream(socket.getOutputStream(), 8192));
-    hello(auth);
+    hello(opts.auth);
   }
 
   /** Send one request frame; its correlation id. */
