@@ -29,7 +29,6 @@ def test_producer_table_runs() -> None:
     assert table.lookup(1, 0) is None  # oldest runs forgotten
 
 
-@pytest.mark.anyio
 def test_a_recorded_run_is_the_same_table_as_its_records_one_by_one() -> None:
     """``record_run`` (a ProduceMany section's messages, broker/append_many.py) leaves
     the table as ``record`` of each message would: lookups, the next sequence expected
@@ -54,6 +53,7 @@ def test_a_recorded_run_is_the_same_table_as_its_records_one_by_one() -> None:
     assert by_run._producers == by_record._producers
 
 
+@pytest.mark.anyio
 async def test_retries_are_not_stored_twice(nats_server: NatsServer, tmp_path: Path) -> None:
     msgs = [ProduceMessage(f"m{i}".encode()) for i in range(5)]
     async with (

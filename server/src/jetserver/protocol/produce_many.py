@@ -24,7 +24,8 @@ ALL-acked section (a table's puts, issue 38) is appended so too, in a request of
 sections: its fsync is left to the request's group, and its answer
 (:class:`~jetserver.broker.produce_section.AllAnswer`) awaited once the group is closed;
 one the section path leaves to the Produce path gets a task, as below, whose first step
-joins the group too.
+joins the group too, and so does every later section of the request (the tasks start in
+section order: each partition's appends keep the request's order).
 
 A section's error (not leader, unknown stream, permission denied, a body that does not
 decode...) is that section's answer; the other sections are served as usual.
@@ -119,21 +120,7 @@ class ProduceMany:
             later: list[_Later] = []
             joined = IN_GROUP.set(group)
             try:
-                for body, head in zip(sections, heads, strict=True):
-                    now = self._section_now(body, session, head, group is not None)
-                    if now is not None:
-                        if isinstance(now[0], AllAnswer):
-                            later.append((len(served), now[0]))
-                            served.append((_PENDING, now[1]))
-                        else:
-                            served.append((now[0], now[1]))
-                    elif head[2] == _ALL:  # waits for its commit: a task (joins the group)
-                        later.append(
-                            (len(served), loop.create_task(self._section(body, session, head)))
-                        )
-                        served.append((_PENDING, None))
-                    else:
-                        served.append(await self._section(body, session, head))
+                await self._in_turn(sections, heads, session, group is not None, served, later)
             except BaseException:  # cancelled: the after-work of those served won't run
                 self._give_up(served, later)
                 raise
@@ -187,6 +174,40 @@ class ProduceMany:
             encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE),
             after=_all_after(afters, committed) if afters else None,
         )
+
+    async def _in_turn(
+        self,
+        sections: list[bytes | memoryview],
+        heads: list[ProduceHead],
+        session: Session,
+        all_acks: bool,
+        served: list[_Served],
+        later: list[_Later],
+    ) -> None:
+        """Serve the sections one after the other in this task (``heads``: theirs), into
+        ``served``; those answered once the request's group closed (placeholders in
+        ``served``) into ``later``. ``all_acks``: ALL sections may be appended here."""
+        loop = asyncio.get_running_loop()
+        in_tasks = False
+        for body, head in zip(sections, heads, strict=True):
+            if not in_tasks:
+                now = self._section_now(body, session, head, all_acks)
+                if now is not None:
+                    if isinstance(now[0], AllAnswer):
+                        later.append((len(served), now[0]))
+                        served.append((_PENDING, now[1]))
+                    else:
+                        served.append((now[0], now[1]))
+                    continue
+                if head[2] != _ALL:
+                    served.append(await self._section(body, session, head))
+                    continue
+                # An ALL section left to the Produce path waits for its commit: it and
+                # every later one get a task, started in section order (each partition's
+                # appends keep the request's order), whose first steps join the group.
+                in_tasks = True
+            later.append((len(served), loop.create_task(self._section(body, session, head))))
+            served.append((_PENDING, None))
 
     def _give_up(self, served: list[_Served], later: list[_Later]) -> None:
         """The request was cancelled: its sections' tasks cancelled, the after-work of
