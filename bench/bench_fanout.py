@@ -13,6 +13,13 @@ With ``JET_BENCH_AGAINST=<another jet work tree>`` the rounds alternate between 
 (``A``) and that one (``B``), client and server each of its tree, A first in even rounds.
 ``JET_FANOUT_ROUNDS`` (default 4; quick 2), ``JET_FANOUT_MESSAGES`` (default 20,000) and
 ``JET_FANOUT_PARTITIONS`` (default 500) change the sizes.
+
+Each round then runs the fixed-batch variant (``wide_fixed`` / ``one_fixed``, see
+``bench/fanout_round.py``): bursts of ``JET_FANOUT_SECTION`` (default 13, the closed
+loop's section size at 500 partitions; 0: skipped) x partitions messages, each burst
+flushed as one request, to both streams: the same messages per request wide and narrow,
+so the wide side's extra CPU is its sections' alone, the client's and the server's apart,
+whatever the server's speed does to the closed loop's batches.
 """
 
 from __future__ import annotations
@@ -39,11 +46,11 @@ FIGURES = (
 )
 
 
-def _round(tree: Path, n: int, partitions: int) -> dict[str, dict[str, float]]:
+def _round(tree: Path, n: int, partitions: int, section: int) -> dict[str, dict[str, float]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in tree_paths(tree))}
     script = HERE / "bench" / "fanout_round.py"
     done = subprocess.run(
-        [sys.executable, str(script), str(n), str(partitions)],
+        [sys.executable, str(script), str(n), str(partitions), str(section)],
         env=env,
         capture_output=True,
         text=True,
@@ -61,6 +68,7 @@ def run(quick: bool) -> None:
     rounds = int(os.environ.get("JET_FANOUT_ROUNDS", "2" if quick else "4"))
     n = int(os.environ.get("JET_FANOUT_MESSAGES", "20000"))
     partitions = int(os.environ.get("JET_FANOUT_PARTITIONS", "500"))
+    section = int(os.environ.get("JET_FANOUT_SECTION", "13"))
     trees = compared_trees()
     print(
         f"keyed produce of {n:,} x 100 B, ack LEADER, to {partitions:,} partitions and to 1; "
@@ -71,7 +79,7 @@ def run(quick: bool) -> None:
     tags = list(trees)
     for r in range(rounds):
         for tag in tags if r % 2 == 0 else tags[::-1]:
-            figures = _round(trees[tag], n, partitions)
+            figures = _round(trees[tag], n, partitions, section)
             for kind, values in figures.items():
                 results.setdefault((tag, kind), []).append(values)
                 shown = " ".join(f"{k} {values[k]:.1f}" for k in FIGURES)
@@ -81,10 +89,28 @@ def run(quick: bool) -> None:
         shown = " ".join(f"{k} {statistics.median(v[k] for v in runs):.1f}" for k in FIGURES)
         print(f"    {tag} {kind:<4} {shown}")
     for tag in tags:
-        wide, one = results[(tag, "wide")], results[(tag, "one")]
-        cpu_wide = statistics.median(v["client_us"] + v["server_us"] for v in wide)
-        cpu_one = statistics.median(v["client_us"] + v["server_us"] for v in one)
-        print(
-            f"  {tag}: CPU per message, client + server, to 1 / to {partitions:,}: "
-            f"{cpu_one / cpu_wide:.2f}x (issue 34's target: >= 0.8x)"
-        )
+        _ratio(tag, "", results, partitions)
+        if section > 0:
+            _ratio(tag, "_fixed", results, partitions)
+
+
+def _ratio(
+    tag: str, variant: str, results: dict[tuple[str, str], list[dict[str, float]]], partitions: int
+) -> None:
+    """Print one tree's CPU ratio (to 1 / to many) of a variant, and the wide side's extra
+    CPU per message, client and server apart."""
+    wide, one = results[(tag, "wide" + variant)], results[(tag, "one" + variant)]
+
+    def median(runs: list[dict[str, float]], *keys: str) -> float:
+        return statistics.median(sum(v[k] for k in keys) for v in runs)
+
+    cpu_wide, cpu_one = (
+        median(wide, "client_us", "server_us"),
+        median(one, "client_us", "server_us"),
+    )
+    extra = {k: median(wide, k) - median(one, k) for k in ("client_us", "server_us")}
+    print(
+        f"  {tag}{variant or ' (closed loop)'}: CPU per message, client + server, to 1 / to "
+        f"{partitions:,}: {cpu_one / cpu_wide:.2f}x (issue 34's target: >= 0.8x); wide minus "
+        f"one: client {extra['client_us']:+.1f} us, server {extra['server_us']:+.1f} us"
+    )

@@ -29,6 +29,30 @@ def test_producer_table_runs() -> None:
     assert table.lookup(1, 0) is None  # oldest runs forgotten
 
 
+def test_a_recorded_run_is_the_same_table_as_its_records_one_by_one() -> None:
+    """``record_run`` (a ProduceMany section's messages, broker/append_many.py) leaves
+    the table as ``record`` of each message would: lookups, the next sequence expected
+    and the runs kept (joined to the producer's last run where they continue it)."""
+    writes = [
+        (1, 0, 0, 3, 10),
+        (1, 3, 3, 2, 10),
+        (2, 5, 5, 4, 11),
+        (1, 9, 9, 1, 12),
+        (1, 20, 30, 3, 13),
+    ]
+    by_run, by_record = ProducerTable(), ProducerTable()
+    for producer, seq, offset, count, ts in writes:
+        by_run.record_run(producer, seq, offset, count, ts)
+        for i in range(count):
+            by_record.record(producer, seq + i, offset + i, ts)
+    by_run.record_run(3, 0, 40, 0, 14)  # nothing
+    for producer in (1, 2, 3):
+        assert by_run.expected(producer) == by_record.expected(producer)
+        for seq in range(-1, 25):
+            assert by_run.lookup(producer, seq) == by_record.lookup(producer, seq), (producer, seq)
+    assert by_run._producers == by_record._producers
+
+
 @pytest.mark.anyio
 async def test_retries_are_not_stored_twice(nats_server: NatsServer, tmp_path: Path) -> None:
     msgs = [ProduceMessage(f"m{i}".encode()) for i in range(5)]

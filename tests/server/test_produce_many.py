@@ -344,11 +344,12 @@ async def test_common_sections_are_served_in_one_step_the_rest_as_before(
     jet: Server, nc: Any
 ) -> None:
     """Issue 34 item 4: a section of a one-replica partition led here (ack LEADER or
-    NONE, no producer id, no header controls) is appended in the request's step
-    (broker/produce_section.py); a section that is not (a ``Nats-Msg-Id``, a message
-    over the limit, a producer id) goes through the general path in the same request.
-    Each gets its own answer, offsets run on in each partition, and the NATS copies of
-    the common sections reach a subscriber in append order."""
+    NONE, no header controls, an idempotent producer's next sequences or none) is
+    appended in the request's step (broker/produce_section.py); a section that is not
+    (a ``Nats-Msg-Id``, a message over the limit, a producer's retry or a sequence that
+    skips one) goes through the general path in the same request. Each gets its own
+    answer, offsets run on in each partition, and the NATS copies of the common sections
+    reach a subscriber in append order."""
     assert jet.address is not None
     copies: list[tuple[str, bytes]] = []
     got_all = anyio.Event()
@@ -377,9 +378,11 @@ async def test_common_sections_are_served_in_one_step_the_rest_as_before(
                 _section("w", 2, [b"g", b"x" * 2000]),  # its second message is too large
                 _section("w", 0, [b"h"], producer_id=5),
                 _section("w", 2, [b"i"]),
+                _section("w", 0, [b"h"], producer_id=5),  # its retry: a duplicate
+                _section("w", 0, [b"j"], producer_id=5, base_seq=2),  # skips sequence 1
             ],
         )
-        assert jet.running.produce.section.served - served == 4  # a, d-e, f, i
+        assert jet.running.produce.section.served - served == 5  # a, d-e, f, h, i
         assert _offsets(answer[0]) == [0, 1, 2]
         assert _offsets(answer[1]) == [0]
         assert _offsets(answer[2]) == [1, 2]
@@ -389,6 +392,10 @@ async def test_common_sections_are_served_in_one_step_the_rest_as_before(
         assert too_large[0].offset == 1
         assert _offsets(answer[5]) == [3]
         assert _offsets(answer[6]) == [2]
+        retried = decode_produce_response(answer[7].body)
+        assert [(r.error_code, r.offset) for r in retried] == [(ErrorCode.DUPLICATE_SEQUENCE, 3)]
+        skipped = decode_produce_response(answer[8].body)
+        assert [(r.error_code, r.offset) for r in skipped] == [(ErrorCode.OUT_OF_ORDER_SEQUENCE, 1)]
         expected = {0: [b"a", b"b", b"c", b"h"], 1: [b"m", b"d", b"e"], 2: [b"f", b"g", b"i"]}
         for partition, values in expected.items():
             records = await _fetch_until(c, "w", partition, len(values))
@@ -404,3 +411,55 @@ async def test_common_sections_are_served_in_one_step_the_rest_as_before(
         "w.1": [b"m", b"d", b"e"],
         "w.2": [b"f", b"g", b"i"],
     }
+
+
+async def test_all_sections_of_an_idempotent_producer_are_served_in_one_step(
+    jet: Server,
+) -> None:
+    """Issue 38: a table's puts (ack ALL, an idempotent producer, a section per
+    partition) are appended in the request's step too, their fsyncs left to the
+    request's group; each section is answered only once its partition committed it (its
+    HW is past the section when the answer comes). A retry of the same sequences goes
+    through the general path and is answered DUPLICATE_SEQUENCE with the stored offsets;
+    the producer's next sequences are served in one step again."""
+    assert jet.address is not None
+    produce = jet.running.produce
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="t", subject="t", partitions=4)
+
+        def round_(base: int) -> list[bytes]:
+            return [
+                _section(
+                    "t",
+                    p,
+                    [b"p%d-%d" % (p, base + i) for i in range(3)],
+                    policy=AckPolicy.ALL,
+                    producer_id=9,
+                    base_seq=base,
+                )
+                for p in range(4)
+            ]
+
+        served = produce.section.served
+        answer = await _many(c, round_(0))
+        for p in range(4):
+            assert _offsets(answer[p]) == [0, 1, 2]
+            replica = produce.streams.local_replica("t", p)
+            assert replica is not None
+            assert replica.log.high_watermark >= 3
+        assert produce.section.served - served == 4
+        retried = await _many(c, round_(0))
+        for p in range(4):
+            results = decode_produce_response(retried[p].body)
+            assert [(r.error_code, r.offset) for r in results] == [
+                (ErrorCode.DUPLICATE_SEQUENCE, i) for i in range(3)
+            ]
+        assert produce.section.served - served == 4
+        answer = await _many(c, round_(3))
+        for p in range(4):
+            assert _offsets(answer[p]) == [3, 4, 5]
+        assert produce.section.served - served == 8
+        for p in range(4):
+            records = await _fetch_until(c, "t", p, 6)
+            assert [r.value for r in records] == [b"p%d-%d" % (p, i) for i in range(6)]
+            assert [(r.producer_id, r.producer_seq) for r in records] == [(9, i) for i in range(6)]

@@ -144,18 +144,29 @@ async def test_a_failed_fsync_in_a_group_is_its_partitions_alone(
     assert failing[-PER_SECTION:] == [_value(FAILING, ROUNDS, i) for i in range(PER_SECTION)]
 
 
-def _all_section(partition: int, round_: int) -> bytes:
+def _all_section(partition: int, round_: int, idempotent: bool) -> bytes:
     messages = tuple(ProduceMessage(_value(partition, round_, i)) for i in range(PER_SECTION))
-    return encode_produce_request(ProduceRequest("a", partition, AckPolicy.ALL, 10000, messages))
+    if not idempotent:
+        request = ProduceRequest("a", partition, AckPolicy.ALL, 10000, messages)
+        return encode_produce_request(request)
+    # As a table's writes: one producer's sequences run across partitions, every request
+    # starts its sequence.
+    base = (round_ * PARTITIONS + partition) * PER_SECTION
+    request = ProduceRequest(
+        "a", partition, AckPolicy.ALL, 10000, messages, 7, base, sequence_start=True
+    )
+    return encode_produce_request(request)
 
 
+@pytest.mark.parametrize("idempotent", [False, True])
 async def test_all_sections_commit_as_one_group_a_failed_fsync_fails_its_own(
-    nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
+    nats_server: NatsServer, tmp_path: Path, fsync_shim: Path, idempotent: bool
 ) -> None:
-    """ALL sections (a task each) leave their fsyncs to the request's group too: every
-    section answers only once its own partition committed it, so every record acked is
-    still there after a restart; partition 2's failed fsync fails exactly its section
-    (retriable), the other partitions' sections of that round succeed."""
+    """ALL sections (appended in the request's step, a table's puts with an idempotent
+    producer too) leave their fsyncs to the request's group: every section answers only
+    once its own partition committed it, so every record acked is still there after a
+    restart; partition 2's failed fsync fails exactly its section (retriable), the other
+    partitions' sections of that round succeed."""
     data = tmp_path / "data"
     marker = tmp_path / "fault-fired"
     fault = FsyncFault(match=f"/{FAILING}/00000000000000000000.log", at=4, marker=marker)
@@ -167,7 +178,7 @@ async def test_all_sections_commit_as_one_group_a_failed_fsync_fails_its_own(
             async with await RawClient.connect(proc.address) as c:
                 await c.create_stream(name="a", subject="a", partitions=PARTITIONS)
                 for round_ in range(ROUNDS):
-                    sections = [_all_section(p, round_) for p in range(PARTITIONS)]
+                    sections = [_all_section(p, round_, idempotent) for p in range(PARTITIONS)]
                     body = encode_produce_many_request(sections)
                     frame = await c.request(Api.PRODUCE_MANY, body)
                     answers = decode_produce_many_response(frame.body)

@@ -218,13 +218,16 @@ class ProduceService:
         replica = self.streams.local_replica(stream, partition)
         return replica if replica is not None and replica.takes_direct(policy) else None
 
-    def answers_at_once(self, stream: str, partition: int, policy: int) -> bool:
+    def answers_at_once(
+        self, stream: str, partition: int, policy: int, all_acks: bool = False
+    ) -> bool:
         """True if a request (in a task of its own) with ack ``policy`` would be appended
         and answered by :meth:`produce_then` without waiting for anything now: this server
         leads the partition, one replica, LEADER or NONE acks, its sequencer idle (a
         hint for ProduceMany, which then serves such sections one after the other in its
-        own task instead of a task each)."""
-        if policy == AckPolicy.ALL:
+        own task instead of a task each). ``all_acks``: an ALL ack too, appended so, its
+        answer awaited after (ProduceMany's sections, broker/produce_section.py)."""
+        if policy == AckPolicy.ALL and not all_acks:
             return False
         replica = self.streams.local_replica(stream, partition)
         return (

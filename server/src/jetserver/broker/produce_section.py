@@ -10,21 +10,31 @@ typed batch, the copies' place, the sequencer's coroutine chain (``ingest_direct
 duplicate check and an ack settled per message, and the results gathered back (about 690
 server lines a section beyond its messages, docs/latency.md).
 
-:class:`SectionProduce` serves a section of a one-replica partition led here, ack LEADER
-or NONE, no producer id, no header controls, no values asked, the sequencer idle, as
+:class:`SectionProduce` serves a section of a one-replica partition led here, no header
+controls, no values asked, the sequencer idle, as
 :class:`~jetserver.broker.produce_one.OneProduce` serves one message: the same checks,
 its records appended in this step (:func:`~jetserver.broker.append_many.
-append_records_now`), the answer built from the first offset, and the same after-work
-(the NATS copies once committed, in their turn and with their ticket, taken as the
-records are appended). Anything else, or anything it is unsure of, it leaves to the
-general path (None) before it changed anything, which answers it (or refuses it) as
-before.
+append_records_now`: an idempotent producer's next sequences too), the answer built from
+the first offset, and the same after-work (the NATS copies once committed, in their turn
+and with their ticket, taken as the records are appended). Anything else, or anything it
+is unsure of, it leaves to the general path (None) before it changed anything, which
+answers it (or refuses it) as before.
+
+An ALL-acked section (issue 38: a table's puts, idempotent, a ProduceMany of a section
+per partition each round) is appended so too, its fsync left to the request's group
+(:class:`~jetserver.broker.commit_group.FsyncGroup`), and answered by an
+:class:`AllAnswer`: the request awaits it once the group is closed. It waits for one
+pending ALL ack, its last record's, settled by its partition's commit (or failed by its
+fsync, by a lost leadership) as the general path's per-message acks are: its result is
+every message's (a failed commit fails the section's records together: they were
+appended and fsynced together), TIMEOUT for all if it does not come in time.
 
 Task safety: event loop thread only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import attrs
@@ -34,21 +44,23 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.messages import (
     ProduceHead,
     encode_produce_result_tuples,
+    produce_starts_sequence,
     produce_wants_current_values,
 )
 from jetsdk.codec.transcode import DirectRecord, EnvelopeBytes, produce_envelopes
 from jetserver.broker.append_many import append_records_now
-from jetserver.broker.direct import Result
+from jetserver.broker.direct import TIMEOUT, ProduceCompletion, Result
 from jetserver.broker.direct_copies import After
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.produce_one import OneProduce, check_subjects, partition_subject_of
 from jetserver.errors import ApiError
 from jetserver.metadata.reserved import is_internal
 
-__all__ = ["SectionProduce"]
+__all__ = ["AllAnswer", "SectionProduce"]
 
 _LEADER = int(AckPolicy.LEADER)
 _ACK_NONE = int(AckPolicy.NONE)
+_ALL = int(AckPolicy.ALL)
 _PUBLISHED: Result = (0, -1, -1)
 """A message with ack NONE: taken, no offset (the general path's answer)."""
 
@@ -63,11 +75,15 @@ class SectionProduce:
     """Sections served here (the rest went to the general path)."""
 
     def serve_now(
-        self, body: bytes | memoryview, head: ProduceHead
-    ) -> tuple[bytes, After | None] | None:
+        self, body: bytes | memoryview, head: ProduceHead, all_acks: bool = False
+    ) -> tuple[bytes | AllAnswer, After | None] | None:
         """The section's response body and its after-work (None: nothing after), served
         in this step; None, nothing done, for the general path (which also answers what
-        this one's checks would refuse)."""
+        this one's checks would refuse). ``all_acks``: an ALL-acked section may be taken
+        too (its fsync left to the caller's open group), answered by an
+        :class:`AllAnswer` once committed."""
+        if head[2] == _ALL and not all_acks:
+            return None
         try:
             checked = self._checked(body, head)
         except (ApiError, CodecError):
@@ -78,12 +94,17 @@ class SectionProduce:
         count, policy = len(records), head[2]
         timeout_s = min(head[3] / 1000, self.one.limits.max_produce_timeout_s)
         failures = replica.sync_failures
+        starts = head[4] is not None and produce_starts_sequence(body)
+        wait = None
+        if policy == _ALL:
+            wait = ProduceCompletion(head[0], head[1], results=[None], remaining=1)
         if no_copies:
-            appended = append_records_now(replica.intake, subjects, records)
+            appended = append_records_now(replica.intake, subjects, records, starts, wait)
             if appended is None:
                 return None
             self.served += 1
-            return _response(appended, count, policy), replica.commit_deferred
+            answer = _answer(appended, count, policy, wait, timeout_s, replica)
+            return answer, replica.commit_deferred
         # The copies' turn and ticket, taken as the records enter the sequencer (in append
         # order, as CopiesPlace does on the general path), passed on if not appended here.
         turns = replica.committer.copy_turns
@@ -92,7 +113,7 @@ class SectionProduce:
         ticket = backlog.enter(size)
         appended = None
         try:
-            appended = append_records_now(replica.intake, subjects, records)
+            appended = append_records_now(replica.intake, subjects, records, starts, wait)
         finally:
             if appended is None:  # (or raised)
                 backlog.leave(ticket)
@@ -111,7 +132,7 @@ class SectionProduce:
             ticket,
             time.monotonic() + timeout_s,
         )
-        return _response(appended, count, policy), after
+        return _answer(appended, count, policy, wait, timeout_s, replica), after
 
     def _checked(
         self, body: bytes | memoryview, head: ProduceHead
@@ -134,14 +155,8 @@ class SectionProduce:
             ApiError, CodecError: as the general path would.
         """
         one = self.one
-        stream, partition, policy, _timeout_ms, producer_id, _seq, count, _pos = head
-        if (
-            not one.direct
-            or count < 1
-            or (policy != _LEADER and policy != _ACK_NONE)
-            or producer_id is not None
-            or produce_wants_current_values(body)
-        ):
+        stream, partition, policy, _timeout_ms, _producer_id, _seq, count, _pos = head
+        if not one.direct or count < 1 or produce_wants_current_values(body):
             return None
         streams = one.streams
         replica = streams.local_replica(stream, partition)
@@ -191,6 +206,50 @@ class SectionProduce:
         if named:
             check_subjects(psubj, wildcard, messages)
         return replica, subjects, taken, copies, size, spec.no_nats_copies
+
+
+@attrs.define(eq=False)
+class AllAnswer:
+    """The answer of an ALL-acked section appended at once: :meth:`body` once its
+    partition committed it (module docstring)."""
+
+    wait: ProduceCompletion
+    """Settled by the commit of the section's last record (or its failure)."""
+    first: int
+    """The section's first offset."""
+    count: int
+    """Its messages."""
+    deadline: float
+    """``time.monotonic()`` past which its messages are answered TIMEOUT."""
+    loop: asyncio.AbstractEventLoop | None
+    """The replica's event loop (for the bounded wait)."""
+
+    async def body(self) -> bytes:
+        """The section's response body, once committed (or failed, or timed out)."""
+        wait = self.wait
+        if wait.remaining > 0:
+            await wait.done.wait_within(self.deadline - time.monotonic(), self.loop)
+        result = wait.results[0]
+        if result is None:
+            return encode_produce_result_tuples([TIMEOUT] * self.count)
+        code, _last, ts = result
+        first = self.first
+        return encode_produce_result_tuples([(code, first + i, ts) for i in range(self.count)])
+
+
+def _answer(
+    appended: Result,
+    count: int,
+    policy: int,
+    wait: ProduceCompletion | None,
+    timeout_s: float,
+    replica: PartitionReplica,
+) -> bytes | AllAnswer:
+    """:func:`_response`, or for an ALL-acked section appended, its :class:`AllAnswer`."""
+    if wait is None or appended[0] != 0:
+        return _response(appended, count, policy)
+    loop = replica.committer.running_loop()
+    return AllAnswer(wait, appended[1], count, time.monotonic() + timeout_s, loop)
 
 
 def _response(appended: Result, count: int, policy: int) -> bytes:

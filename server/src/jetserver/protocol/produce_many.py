@@ -15,11 +15,17 @@ over as that batch itself and commits each partition from its end
 (:func:`jetserver.broker.commit_group.commit_together`), not through each partition's
 flusher task.
 
-When every section would be appended and answered without waiting, they are served one
-after the other in the request's task instead, and the common section (one replica, ack
-LEADER or NONE, no producer id or header controls) in one step with no await
+When every section would be appended without waiting, they are served one after the
+other in the request's task instead, and the common section (one replica, no header
+controls, an idempotent producer's next sequences or none) in one step with no await
 (:class:`~jetserver.broker.produce_section.SectionProduce`: no per-section coroutine,
-completion or typed batch); any other goes through the Produce path as before.
+completion or typed batch); any other goes through the Produce path as before. An
+ALL-acked section (a table's puts, issue 38) is appended so too, in a request of several
+sections: its fsync is left to the request's group, and its answer
+(:class:`~jetserver.broker.produce_section.AllAnswer`) awaited once the group is closed;
+one the section path leaves to the Produce path gets a task, as below, whose first step
+joins the group too, and so does every later section of the request (the tasks start in
+section order: each partition's appends keep the request's order).
 
 A section's error (not leader, unknown stream, permission denied, a body that does not
 decode...) is that section's answer; the other sections are served as usual.
@@ -36,7 +42,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import attrs
 
-from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import FLAG_RESPONSE, Frame, encode_frame
 from jetsdk.codec.messages import ProduceHead, decode_produce_head, encode_error
@@ -51,6 +57,7 @@ from jetserver.broker.commit_group import IN_GROUP, FsyncGroup
 from jetserver.broker.direct_copies import After
 from jetserver.broker.pending_opens import PartitionOpening
 from jetserver.broker.produce import ProduceService
+from jetserver.broker.produce_section import AllAnswer
 from jetserver.errors import ApiError, invalid_argument
 from jetserver.logs import fields
 from jetserver.protocol.connection import Reply
@@ -62,6 +69,10 @@ __all__ = ["ProduceMany"]
 log = logging.getLogger(__name__)
 
 _UNKNOWN_NAME = frozenset({ErrorCode.STREAM_NOT_FOUND, ErrorCode.PARTITION_NOT_FOUND})
+_ALL = int(AckPolicy.ALL)
+_Served = tuple[ProduceSection, After | None]
+_Later = tuple[int, "AllAnswer | asyncio.Task[_Served]"]
+"""A section answered after the group closed: its index and what answers it."""
 
 
 @attrs.define(eq=False)
@@ -102,21 +113,34 @@ class ProduceMany:
         # in their step joins the group), which fsyncs and commits them in one thread job.
         group = FsyncGroup() if len(sections) > 1 else None
         if heads is not None:
-            # Each is appended and answered without waiting: one after the other, here
-            # (each head decoded once, for the check and the section).
-            served: list[tuple[ProduceSection, After | None]] = []
+            # Each is appended without waiting: one after the other, here (each head
+            # decoded once, for the check and the section); ALL ones answered once the
+            # group is closed.
+            served: list[_Served] = []
+            later: list[_Later] = []
             joined = IN_GROUP.set(group)
             try:
-                for body, head in zip(sections, heads, strict=True):
-                    now = self._section_now(body, session, head)
-                    served.append(now or await self._section(body, session, head))
+                await self._in_turn(sections, heads, session, group is not None, served, later)
             except BaseException:  # cancelled: the after-work of those served won't run
-                self.produce.give_up_copies(after for _section, after in served)
+                self._give_up(served, later)
                 raise
             finally:
                 IN_GROUP.reset(joined)
                 if group is not None:
-                    group.close(loop)
+                    if any(not isinstance(w, AllAnswer) for _i, w in later):
+                        loop.call_soon(group.close, loop, 1)  # (after the tasks' first steps)
+                    else:
+                        group.close(loop, 1 if later else 2)
+            try:
+                for i, waited in later:  # (each bounded by its section's timeout)
+                    if isinstance(waited, AllAnswer):
+                        section = ProduceSection(ErrorCode.NONE, await waited.body())
+                        served[i] = (section, served[i][1])
+                    else:
+                        served[i] = await waited
+            except BaseException:
+                self._give_up(served, later)
+                raise
             answers = served
             committed = None if group is None else group.committed
         else:
@@ -151,16 +175,59 @@ class ProduceMany:
             after=_all_after(afters, committed) if afters else None,
         )
 
+    async def _in_turn(
+        self,
+        sections: list[bytes | memoryview],
+        heads: list[ProduceHead],
+        session: Session,
+        all_acks: bool,
+        served: list[_Served],
+        later: list[_Later],
+    ) -> None:
+        """Serve the sections one after the other in this task (``heads``: theirs), into
+        ``served``; those answered once the request's group closed (placeholders in
+        ``served``) into ``later``. ``all_acks``: ALL sections may be appended here."""
+        loop = asyncio.get_running_loop()
+        in_tasks = False
+        for body, head in zip(sections, heads, strict=True):
+            if not in_tasks:
+                now = self._section_now(body, session, head, all_acks)
+                if now is not None:
+                    if isinstance(now[0], AllAnswer):
+                        later.append((len(served), now[0]))
+                        served.append((_PENDING, now[1]))
+                    else:
+                        served.append((now[0], now[1]))
+                    continue
+                if head[2] != _ALL:
+                    served.append(await self._section(body, session, head))
+                    continue
+                # An ALL section left to the Produce path waits for its commit: it and
+                # every later one get a task, started in section order (each partition's
+                # appends keep the request's order), whose first steps join the group.
+                in_tasks = True
+            later.append((len(served), loop.create_task(self._section(body, session, head))))
+            served.append((_PENDING, None))
+
+    def _give_up(self, served: list[_Served], later: list[_Later]) -> None:
+        """The request was cancelled: its sections' tasks cancelled, the after-work of
+        those served given up (it won't run)."""
+        for _i, waited in later:
+            if not isinstance(waited, AllAnswer):
+                waited.cancel()
+        self.produce.give_up_copies(after for _section, after in served)
+
     def _at_once(self, sections: list[bytes | memoryview]) -> list[ProduceHead] | None:
-        """Every section's decoded head if every section would be appended and answered
-        without waiting (then serving them in turn in this task keeps their order and
-        costs no task each), else None."""
+        """Every section's decoded head if every section would be appended without
+        waiting, and answered so but for ALL ones in a request of several (then serving
+        them in turn in this task keeps their order and costs no task each), else None."""
         at_once = self.produce.answers_at_once
+        all_acks = len(sections) > 1
         heads: list[ProduceHead] = []
         try:
             for body in sections:
                 head = decode_produce_head(body)
-                if not at_once(head[0], head[1], head[2]):
+                if not at_once(head[0], head[1], head[2], all_acks):
                     return None
                 heads.append(head)
         except (CodecError, ApiError):
@@ -168,17 +235,21 @@ class ProduceMany:
         return heads
 
     def _section_now(
-        self, body: bytes | memoryview, session: Session, head: ProduceHead
-    ) -> tuple[ProduceSection, After | None] | None:
+        self, body: bytes | memoryview, session: Session, head: ProduceHead, all_acks: bool
+    ) -> tuple[ProduceSection | AllAnswer, After | None] | None:
         """One section served in this step if it is the common case
-        (:class:`~jetserver.broker.produce_section.SectionProduce`); None (nothing done):
-        :meth:`_section` serves it, and answers its refusal or error."""
+        (:class:`~jetserver.broker.produce_section.SectionProduce`; ``all_acks``: an ALL
+        one too, its answer to await once the request's group is closed); None (nothing
+        done): :meth:`_section` serves it, and answers its refusal or error."""
         if self.security is not None and self.security.produce_refusal(session, body, head):
             return None
-        served = self.produce.section.serve_now(body, head)
+        served = self.produce.section.serve_now(body, head, all_acks)
         if served is None:
             return None
-        return ProduceSection(ErrorCode.NONE, served[0]), served[1]
+        answer, after = served
+        if isinstance(answer, AllAnswer):
+            return answer, after
+        return ProduceSection(ErrorCode.NONE, answer), after
 
     async def _section(
         self, body: bytes | memoryview, session: Session, head: ProduceHead | None = None
@@ -227,6 +298,10 @@ class ProduceMany:
         except Exception as exc:
             log.exception("produce-many section failed", extra=fields(error=repr(exc)))
             return _error(ErrorCode.UNKNOWN, f"internal error: {exc!r}", {}), None
+
+
+_PENDING = ProduceSection(int(ErrorCode.UNKNOWN), b"")
+"""The place of a section answered once the request's group closed (replaced then)."""
 
 
 def _error(code: ErrorCode, message: str, details: dict[str, object] | None) -> ProduceSection:

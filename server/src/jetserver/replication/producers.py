@@ -131,6 +131,19 @@ class ProducerTable:
                 return
         runs.append(_Run(seq, offset, 1, timestamp))
 
+    def record_run(
+        self, producer_id: int, seq: int, offset: int, count: int, timestamp: int
+    ) -> None:
+        """:meth:`record` of ``count`` consecutive sequences from ``seq`` stored at
+        consecutive offsets from ``offset`` with one timestamp (one request's messages),
+        in one call: the same table as ``count`` calls."""
+        if count < 1:
+            return
+        self.record(producer_id, seq, offset, timestamp)
+        if count > 1:
+            self._tops[producer_id] = max(self._tops[producer_id], seq + count)
+            self._producers[producer_id][-1].count += count - 1
+
     def forget_from(self, offset: int) -> None:
         """The log was cut back to ``offset``: forget every sequence stored at or above it,
         so that a retry of one of them is stored again, not answered as a duplicate."""
