@@ -164,6 +164,9 @@ class ConnectionPool:
         Raises:
             JetConnectionError, UnsupportedApi, Unauthenticated.
         """
+        conn = self._pool.open(address)
+        if conn is not None:  # the common case: no dial closure made
+            return conn
 
         async def dial() -> Connection:
             stream = await self._dialer(address, self._connect_timeout)
