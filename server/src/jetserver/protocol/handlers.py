@@ -50,7 +50,6 @@ from jetserver.broker.replica_fetch import SessionWakers, replica_fetch
 from jetserver.broker.replica_sessions import LeaderSessions
 from jetserver.broker.stream_info import StreamInfoCache
 from jetserver.broker.streams import StreamManager
-from jetserver.cluster.forwarding import MetadataRequests
 from jetserver.cluster.report_parse import parse_report, parse_reports
 from jetserver.config.server import ServerConfig
 from jetserver.errors import ApiError
@@ -66,6 +65,7 @@ from jetserver.storage import StorageError
 
 if TYPE_CHECKING:
     from jetserver.cluster import ClusterNode
+    from jetserver.cluster.forwarding import MetadataRequests
 
 log = logging.getLogger(__name__)
 
@@ -364,8 +364,9 @@ class Dispatcher:
             Api.PURGE_STREAM: purge,
             Api.UPDATE_STREAM: update,
             Api.METADATA: metadata,
-            Api.CREATE_STREAM: by_mode(MetadataRequests.create_stream, json_api.create_stream),
-            Api.DELETE_STREAM: by_mode(MetadataRequests.delete_stream, json_api.delete_stream),
+            # (lambdas: a server alone imports no cluster module, not even for a method)
+            Api.CREATE_STREAM: by_mode(lambda c, req: c.create_stream(req), json_api.create_stream),
+            Api.DELETE_STREAM: by_mode(lambda c, req: c.delete_stream(req), json_api.delete_stream),
             Api.DESCRIBE_STREAM: describe,
             Api.LIST_OFFSETS: offsets,
             Api.REPORT_LEADER: report_leader,
