@@ -53,14 +53,7 @@ def hb(member: str, generation: int = 0) -> Heartbeat:
 
 
 def commit(member: str, p: SP, generation: int, offset: int) -> OffsetCommit:
-    return OffsetCommit(
-        group=GROUP,
-        member=member,
-        stream=p.stream,
-        partition=p.partition,
-        generation=generation,
-        offset=offset,
-    )
+    return OffsetCommit.of(GROUP, member, p, generation, offset)
 
 
 def release(member: str, *entries: tuple[SP, int, int | None]) -> Release:

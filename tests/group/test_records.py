@@ -110,6 +110,9 @@ def test_join_subscriptions_are_sorted_and_mapped() -> None:
 def test_partition_helpers() -> None:
     commit = OffsetCommit(group="g", member="m", stream="s", partition=3, generation=1, offset=5)
     assert commit.stream_partition == StreamPartition("s", 3)
+    assert OffsetCommit.of("g", "m", StreamPartition("s", 3), 1, 5) == commit
+    with_text = OffsetCommit.of("g", "m", commit.stream_partition, 1, 5, "note")
+    assert (with_text.metadata, with_text.offset, with_text.generation) == ("note", 5, 1)
     assert FinalOffset("s", 4, 1).stream_partition == StreamPartition("s", 4)
     assert str(StreamPartition("s", 4)) == "s[4]"
 

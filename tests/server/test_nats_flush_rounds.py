@@ -14,6 +14,7 @@ change at 3,000 partitions). Here a real nats-server and a real link:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,21 @@ async def test_flushes_at_the_same_time_share_pings_and_still_confirm(
         await link.close()
 
 
+def _caller(
+    rounds: SharedRounds,
+    operation: Callable[[], Awaitable[None]],
+    timeout_s: float,
+    ended: list[str],
+) -> Callable[[str], Awaitable[None]]:
+    """A caller of ``rounds`` that appends its name to ``ended`` once its round is done."""
+
+    async def caller(name: str) -> None:
+        await rounds.run(operation, timeout_s)
+        ended.append(name)
+
+    return caller
+
+
 async def test_a_caller_asking_during_a_round_waits_for_the_next() -> None:
     rounds = SharedRounds()
     started: list[int] = []
@@ -89,9 +105,7 @@ async def test_a_caller_asking_during_a_round_waits_for_the_next() -> None:
         started.append(n)
         await release[n].wait()
 
-    async def caller(name: str) -> None:
-        await rounds.run(operation, BOUND_S)
-        ended.append(name)
+    caller = _caller(rounds, operation, BOUND_S, ended)
 
     with anyio.fail_after(BOUND_S):
         async with anyio.create_task_group() as tg:
@@ -143,10 +157,7 @@ async def test_a_caller_queued_behind_a_slow_round_has_its_own_round_bound() -> 
         await anyio.sleep(0.6 * timeout_s)
 
     outcome: list[str] = []
-
-    async def caller(name: str) -> None:
-        await rounds.run(slow, timeout_s)
-        outcome.append(name)
+    caller = _caller(rounds, slow, timeout_s, outcome)
 
     with anyio.fail_after(BOUND_S):
         async with anyio.create_task_group() as tg:

@@ -4,6 +4,8 @@ gaps (skipped silently), recovery of a torn tail at start-up."""
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -20,6 +22,24 @@ from support.nats_server import NatsServer
 from support.raw_client import RawClient
 
 pytestmark = pytest.mark.anyio
+
+
+@asynccontextmanager
+async def _housekeeping_every(
+    interval_s: float, nats_server: NatsServer, tmp_path: Path
+) -> AsyncIterator[tuple[Server, RawClient]]:
+    """A server whose housekeeping (HW checkpoints, retention) runs every ``interval_s``,
+    and a raw client connected to it."""
+    async with (
+        running_server(
+            nats_server.url,
+            tmp_path / "data",
+            storage__hw_checkpoint_interval_s=interval_s,
+            storage__maintenance_interval_s=interval_s,
+        ) as jet,
+        await RawClient.connect(jet.address) as c,
+    ):
+        yield jet, c
 
 
 async def test_retention_moves_the_log_start(jet: Server) -> None:
@@ -90,15 +110,7 @@ async def test_one_housekeeping_task_checkpoints_moved_hws_and_runs_retention(
 ) -> None:
     """HW checkpoints and retention of every partition come from the server's one
     housekeeping task (broker/housekeeping.py), not from a timer per partition."""
-    async with (
-        running_server(
-            nats_server.url,
-            tmp_path / "data",
-            storage__hw_checkpoint_interval_s=0.1,
-            storage__maintenance_interval_s=0.1,
-        ) as jet,
-        await RawClient.connect(jet.address) as c,
-    ):
+    async with _housekeeping_every(0.1, nats_server, tmp_path) as (jet, c):
         for p in range(3):
             await c.create_stream(
                 name=f"hk{p}", subject=f"hk{p}", segment_max_bytes=4096, retention_max_messages=50
@@ -152,15 +164,7 @@ async def test_housekeeping_leaves_a_stopping_partition_alone(
     """A stopping partition closes its log in a worker thread before it reads as closed:
     housekeeping must not run retention or a HW checkpoint on it meanwhile (it did, and
     logged "maintenance failed ... LogClosedError" at the stop of a large server)."""
-    async with (
-        running_server(
-            nats_server.url,
-            tmp_path / "data",
-            storage__hw_checkpoint_interval_s=0.02,
-            storage__maintenance_interval_s=0.02,
-        ) as jet,
-        await RawClient.connect(jet.address) as c,
-    ):
+    async with _housekeeping_every(0.02, nats_server, tmp_path) as (jet, c):
         for name in ("going", "staying"):
             await c.create_stream(name=name, subject=name, retention_max_messages=50)
             await c.produce(name, 0, [ProduceMessage(b"v")] * 3, ack_policy=AckPolicy.ALL)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -76,15 +77,18 @@ def open_logs(directory: Path) -> int:
 
 
 def gate_fdatasync(
-    monkeypatch: pytest.MonkeyPatch, wait_s: float
+    monkeypatch: pytest.MonkeyPatch, wait_s: float, arrived: Callable[[], object] | None = None
 ) -> tuple[threading.Event, threading.Event]:
     """Hold every fdatasync a log calls open until the first event returned is set (at
-    most ``wait_s``); the second is set once one is held."""
+    most ``wait_s``); the second is set once one is held. ``arrived``, if given, is called
+    by each fdatasync before it waits (e.g. a barrier's ``wait``)."""
     release, held = threading.Event(), threading.Event()
     real = files.fdatasync
 
     def gated(fd: int) -> None:
         held.set()
+        if arrived is not None:
+            arrived()
         assert release.wait(wait_s)
         real(fd)
 

@@ -586,16 +586,8 @@ async def test_the_jobs_of_one_batch_wake_the_loop_once(
         return real_threadsafe(callback, *args, **kw)
 
     monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
-    release = threading.Event()
     started = threading.Barrier(5, timeout=WAIT)  # 4 fsyncs at once and this test
-    real = log_module.fdatasync
-
-    def gated(fd: int) -> None:
-        started.wait()
-        assert release.wait(WAIT)
-        real(fd)
-
-    monkeypatch.setattr(log_module, "fdatasync", gated)
+    release, _held = gate_fdatasync(monkeypatch, WAIT, arrived=started.wait)
     runner = FsyncRunner(on_loop=False, clock=clock)
     logs = [Log.open(tmp_path / f"p{i}") for i in range(4)]
     try:

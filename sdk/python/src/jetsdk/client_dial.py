@@ -19,6 +19,7 @@ from jetsdk.codec.messages import encode_json
 from jetsdk.connection import Connection
 from jetsdk.errors import InvalidArgument, JetConnectionError, JetError, UnsupportedApi
 from jetsdk.metadata import ClusterMetadata
+from jetsdk.open_connections import OpenConnections
 from jetsdk.security import Credentials, authenticate, tls_context, tls_dialer
 from jetsdk.transport import Address, Dialer, parse_address, tcp_dialer
 
@@ -133,8 +134,7 @@ class ConnectionPool:
         self._connect_timeout = connect_timeout
         self._client_name = client_name
         self._credentials = credentials
-        self._connections: dict[Address, Connection] = {}
-        self._dial_locks: dict[Address, anyio.Lock] = {}
+        self._pool: OpenConnections[Address] = OpenConnections()
         self.address_of_id: dict[str, Address] = {}
         """Server id -> the address its Hello answer came from (or the metadata lists)."""
         self.bootstrap: Connection | None = None
@@ -153,8 +153,7 @@ class ConnectionPool:
 
     def open_connection(self, address: Address) -> Connection | None:
         """The open connection to ``address`` if there is one (never dials)."""
-        conn = self._connections.get(address)
-        return conn if conn is not None and not conn.closed else None
+        return self._pool.open(address)
 
     async def get(
         self, tg: anyio.abc.TaskGroup, address: Address, check_open: Callable[[], object]
@@ -165,14 +164,11 @@ class ConnectionPool:
         Raises:
             JetConnectionError, UnsupportedApi, Unauthenticated.
         """
-        conn = self._connections.get(address)
-        if conn is not None and not conn.closed:
+        conn = self._pool.open(address)
+        if conn is not None:  # the common case: no dial closure made
             return conn
-        lock = self._dial_locks.setdefault(address, anyio.Lock())
-        async with lock:
-            conn = self._connections.get(address)
-            if conn is not None and not conn.closed:
-                return conn
+
+        async def dial() -> Connection:
             stream = await self._dialer(address, self._connect_timeout)
             conn = Connection(stream, label=str(address))
             await tg.start(conn.run)
@@ -190,11 +186,12 @@ class ConnectionPool:
             conn.server_info = hello
             if identity is not None:
                 self.identity = identity
-            self._connections[address] = conn
             server_id = hello.get("server_id")
             if isinstance(server_id, str):
                 self.address_of_id[server_id] = address
             return conn
+
+        return await self._pool.get(address, dial)
 
     async def any(
         self,
@@ -233,7 +230,7 @@ class ConnectionPool:
 
     async def close_all(self) -> None:
         """Close every connection (a later :meth:`get` dials again)."""
-        connections, self._connections = list(self._connections.values()), {}
+        connections = self._pool.take_all()
         self.bootstrap = None
         for conn in connections:
             await conn.aclose()

@@ -25,6 +25,7 @@ from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import encode_json
 from jetsdk.connection import Connection
 from jetsdk.errors import JetConnectionError, JetError, Timeout
+from jetsdk.open_connections import OpenConnections
 from jetsdk.transport import parse_address
 from jetserver.security.peer import PLAIN, PeerSecurity
 
@@ -47,8 +48,7 @@ class PeerPool:
     closing it (the peer closed it, or its process is gone: a kill -9 ends every
     connection to it at once), so that the liveness probes that server now."""
     _tg: anyio.abc.TaskGroup | None = None
-    _connections: dict[str, Connection] = attrs.field(factory=dict)
-    _locks: dict[str, anyio.Lock] = attrs.field(factory=dict)
+    _pool: OpenConnections[str] = attrs.field(factory=OpenConnections)
     _closed: bool = False
 
     def start(self, tg: anyio.abc.TaskGroup) -> None:
@@ -58,28 +58,22 @@ class PeerPool:
     async def aclose(self) -> None:
         """Close every connection (idempotent)."""
         self._closed = True
-        connections, self._connections = list(self._connections.values()), {}
-        for conn in connections:
+        for conn in self._pool.take_all():
             await conn.aclose()
 
     async def _connection(self, address: str) -> Connection:
         if self._tg is None or self._closed:
             raise JetConnectionError("the peer pool is not running")
-        conn = self._connections.get(address)
-        if conn is not None and not conn.closed:
-            return conn
-        lock = self._locks.setdefault(address, anyio.Lock())
-        async with lock:
-            conn = self._connections.get(address)
-            if conn is not None and not conn.closed:
-                return conn
+        tg = self._tg
+
+        async def dial() -> Connection:
             try:
                 target = parse_address(address)
             except JetError as exc:
                 raise JetConnectionError(f"bad peer address {address!r}: {exc}") from exc
             stream = await self.security.dial(target, self.connect_timeout_s)
             conn = Connection(stream, label=address)
-            await self._tg.start(self._run, conn, address)
+            await tg.start(self._run, conn, address)
             try:
                 body = encode_json({"protocol": PROTOCOL_VERSION, "client": PEER_CLIENT_NAME})
                 answer = await conn.request(Api.HELLO, body, timeout=self.connect_timeout_s)
@@ -88,8 +82,9 @@ class PeerPool:
             except BaseException:
                 await conn.aclose()
                 raise
-            self._connections[address] = conn
             return conn
+
+        return await self._pool.get(address, dial)
 
     async def _run(
         self,
@@ -100,7 +95,7 @@ class PeerPool:
     ) -> None:
         """The connection's reader task; :attr:`on_lost` once it ends by the peer's doing."""
         await conn.run(task_status=task_status)
-        if not self._closed and self._connections.get(address) is conn and self.on_lost:
+        if not self._closed and self._pool.stored(address) is conn and self.on_lost:
             self.on_lost(address)
 
     async def request(self, address: str, api: int, body: bytes, timeout_s: float) -> bytes:

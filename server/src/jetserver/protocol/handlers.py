@@ -65,6 +65,7 @@ from jetserver.storage import StorageError
 
 if TYPE_CHECKING:
     from jetserver.cluster import ClusterNode
+    from jetserver.cluster.forwarding import MetadataRequests
 
 log = logging.getLogger(__name__)
 
@@ -304,41 +305,41 @@ class Dispatcher:
                 answer["metadata_leader"] = self.cluster.raft.leader_id
             return answer
 
-        async def create(req: dict[str, Any]) -> dict[str, Any]:
-            if self.cluster is not None:
-                assert self.cluster.requests is not None
-                return await self.cluster.requests.create_stream(req)
-            assert self.local is not None
-            return await json_api.create_stream(req, self.local)
+        def by_mode(
+            in_cluster: Callable[[MetadataRequests, dict[str, Any]], Awaitable[dict[str, Any]]],
+            alone: Callable[[dict[str, Any], LocalStreams], Awaitable[dict[str, Any]]],
+        ) -> Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]:
+            """A handler that asks the metadata Raft in a cluster, the local streams alone."""
 
-        async def delete(req: dict[str, Any]) -> dict[str, Any]:
-            if self.cluster is not None:
-                assert self.cluster.requests is not None
-                return await self.cluster.requests.delete_stream(req)
-            assert self.local is not None
-            return await json_api.delete_stream(req, self.local)
+            async def handler(req: dict[str, Any]) -> dict[str, Any]:
+                if self.cluster is not None:
+                    assert self.cluster.requests is not None
+                    return await in_cluster(self.cluster.requests, req)
+                assert self.local is not None
+                return await alone(req, self.local)
+
+            return handler
+
+        def cluster_of(api: Api, name: str) -> ClusterNode:
+            """This server's cluster node; UNSUPPORTED_API for a server alone."""
+            if self.cluster is None:
+                raise ApiError(
+                    ErrorCode.UNSUPPORTED_API,
+                    f"{name}: this server is not a member of a cluster",
+                    {"api": int(api)},
+                )
+            return self.cluster
 
         async def report_leader(req: dict[str, Any]) -> dict[str, Any]:
-            if self.cluster is None:
-                raise ApiError(
-                    ErrorCode.UNSUPPORTED_API,
-                    "ReportLeader: this server is not a member of a cluster",
-                    {"api": int(Api.REPORT_LEADER)},
-                )
+            elections = cluster_of(Api.REPORT_LEADER, "ReportLeader").elections
             if "reports" in req:  # a batch (spec/protocol.md, api 9)
-                elections = self.cluster.elections
                 return {"answers": await elections.report_many(parse_reports(req))}
-            return await self.cluster.elections.report(*parse_report(req))
+            return await elections.report(*parse_report(req))
 
         async def rebalance(req: dict[str, Any]) -> dict[str, Any]:
-            if self.cluster is None:
-                raise ApiError(
-                    ErrorCode.UNSUPPORTED_API,
-                    "RebalanceLeaders: this server is not a member of a cluster",
-                    {"api": int(Api.REBALANCE_LEADERS)},
-                )
-            assert self.cluster.requests is not None
-            return await self.cluster.requests.rebalance_leaders(req)
+            requests = cluster_of(Api.REBALANCE_LEADERS, "RebalanceLeaders").requests
+            assert requests is not None
+            return await requests.rebalance_leaders(req)
 
         async def offset_for_epoch(req: dict[str, Any]) -> dict[str, Any]:
             return offset_for_leader_epoch(self.streams, req)
@@ -363,8 +364,9 @@ class Dispatcher:
             Api.PURGE_STREAM: purge,
             Api.UPDATE_STREAM: update,
             Api.METADATA: metadata,
-            Api.CREATE_STREAM: create,
-            Api.DELETE_STREAM: delete,
+            # (lambdas: a server alone imports no cluster module, not even for a method)
+            Api.CREATE_STREAM: by_mode(lambda c, req: c.create_stream(req), json_api.create_stream),
+            Api.DELETE_STREAM: by_mode(lambda c, req: c.delete_stream(req), json_api.delete_stream),
             Api.DESCRIBE_STREAM: describe,
             Api.LIST_OFFSETS: offsets,
             Api.REPORT_LEADER: report_leader,

@@ -27,9 +27,10 @@ from typing import Any
 
 import attrs
 
+from jetsdk.codec._wire import Headers
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.limits import MAX_VALUE_BYTES
-from jetsdk.codec.record import Headers, Record, with_value
+from jetsdk.codec.record import Record, with_value
 
 __all__ = [
     "CODECS",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from jetsdk.codec._envelope_frame import str16
+from jetsdk.codec._envelope_frame import U32, str16
 from jetsdk.codec.crc import crc32
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.limits import MAX_SUBJECT_BYTES
@@ -35,7 +35,7 @@ __all__ = ["KeyCasEnvelope", "key_cas_envelope"]
 KeyCasEnvelope = tuple[bytes, int, int, DirectRecord, bytes]
 """The message's key, the offset its ``Jet-Expected-Key-Offset`` names (-1: absent), its
 size (as counted against max_message_bytes), its direct record and its envelope."""
-_U32 = struct.Struct(">I")
+_U32 = U32
 _NONE = 0  # AckPolicy.NONE
 
 

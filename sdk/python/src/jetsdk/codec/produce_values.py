@@ -44,7 +44,7 @@ _CAS_NAME = EXPECTED_KEY_OFFSET_HEADER.lower().encode()
 _CAS_HEAD = struct.Struct(">Hi")  # the subject's length (0: none), the key's
 _ONE_HEADER = b"\x00\x01"
 _CAS_NAME_LEN = struct.Struct(">H")
-_U32 = struct.Struct(">I")
+_U32 = w.U32
 _MAX_CAS_VALUE_BYTES = 24
 """Longest ``Jet-Expected-Key-Offset`` value :func:`lone_key_cas` takes (an i64 and room)."""
 
@@ -227,7 +227,7 @@ def decode_produce_response_values(
 
 
 _ONE_RESULT = struct.Struct(">IHqq")
-_I32 = struct.Struct(">i")
+_I32 = w.I32
 
 
 def decode_one_result_values(

@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
+from jetsdk.codec._wire import I32, U16, U32, Headers
 from jetsdk.codec.crc import crc32
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.limits import (
@@ -53,16 +54,10 @@ MAX_BODY_BYTES = MAX_VALUE_BYTES + MAX_KEY_BYTES + 16 * 1024 * 1024
 ATTR_PRODUCER = 0x01
 _KNOWN_ATTRS = ATTR_PRODUCER
 
-_U8 = struct.Struct(">B")
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_I32 = struct.Struct(">i")
 _PRODUCER = struct.Struct(">QQ")
 _LENGTH = struct.Struct(">I")
 _LENGTH_POS = 20
 """Where the body length lies in a record header."""
-
-Headers = tuple[tuple[str, bytes], ...]
 
 
 @attrs.frozen
@@ -122,32 +117,32 @@ def encode_body(
         else:
             if len(key) > MAX_KEY_BYTES:
                 raise CodecError(f"key of {len(key)} bytes exceeds {MAX_KEY_BYTES}", reason="limit")
-            parts.append(_I32.pack(len(key)))
+            parts.append(I32.pack(len(key)))
             parts.append(key)
         for text in (subject, reply):
             raw = text.encode()
             if len(raw) > MAX_SUBJECT_BYTES:
                 raise CodecError(f"subject of {len(raw)} bytes exceeds limit", reason="limit")
-            parts.append(_U16.pack(len(raw)))
+            parts.append(U16.pack(len(raw)))
             parts.append(raw)
         if len(headers) > MAX_HEADER_COUNT:
             raise CodecError(f"{len(headers)} headers exceed {MAX_HEADER_COUNT}", reason="limit")
-        parts.append(_U16.pack(len(headers)))
+        parts.append(U16.pack(len(headers)))
         for name, hval in headers:
             raw = name.encode()
             if len(raw) > MAX_HEADER_NAME_BYTES:
                 raise CodecError("header name exceeds limit", reason="limit")
-            parts.append(_U16.pack(len(raw)))
+            parts.append(U16.pack(len(raw)))
             parts.append(raw)
             if len(hval) > MAX_VALUE_BYTES:
                 raise CodecError("header value exceeds limit", reason="limit")
-            parts.append(_U32.pack(len(hval)))
+            parts.append(U32.pack(len(hval)))
             parts.append(bytes(hval))
         if len(value) > MAX_VALUE_BYTES:
             raise CodecError(
                 f"value of {len(value)} bytes exceeds {MAX_VALUE_BYTES}", reason="limit"
             )
-        parts.append(_U32.pack(len(value)))
+        parts.append(U32.pack(len(value)))
         parts.append(bytes(value))
     except (struct.error, UnicodeEncodeError) as exc:
         raise CodecError(f"record field out of range: {exc}", reason="limit") from None
@@ -165,7 +160,7 @@ def frame_body(offset: int, timestamp: int, leader_epoch: int, body: bytes) -> b
     except struct.error as exc:
         raise CodecError(f"record header field out of range: {exc}", reason="limit") from None
     crc = crc32(body, crc32(head, 0))
-    return head + _U32.pack(crc) + body
+    return head + U32.pack(crc) + body
 
 
 def encode_record(record: Record) -> bytes:
@@ -206,7 +201,7 @@ def check_crc(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
     if len(buf) - pos < size:
         raise CodecError("truncated record body", reason="truncated")
     mv = memoryview(buf)
-    crc = _U32.unpack_from(buf, pos + CRC_COVERED_HEADER)[0]
+    crc = U32.unpack_from(buf, pos + CRC_COVERED_HEADER)[0]
     actual = crc32(mv[pos + HEADER_SIZE : pos + size], crc32(mv[pos : pos + 24], 0))
     if crc != actual:
         raise CodecError(f"record CRC mismatch at byte {pos}", reason="crc")
@@ -299,7 +294,7 @@ def decode_record(
         if attrs_byte & ATTR_PRODUCER:
             producer_id, producer_seq = _PRODUCER.unpack_from(buf, p)
             p += 16
-        (klen,) = _I32.unpack_from(buf, p)
+        (klen,) = I32.unpack_from(buf, p)
         p += 4
         key: bytes | None
         if klen == -1:
@@ -309,24 +304,24 @@ def decode_record(
             p += klen
         else:
             raise CodecError(f"bad key length {klen}")
-        (slen,) = _U16.unpack_from(buf, p)
+        (slen,) = U16.unpack_from(buf, p)
         p += 2
         if slen > MAX_SUBJECT_BYTES:
             raise CodecError(f"subject of {slen} bytes exceeds limit", reason="limit")
         subject = _text(buf, p, slen)
         p += slen
-        (rlen,) = _U16.unpack_from(buf, p)
+        (rlen,) = U16.unpack_from(buf, p)
         p += 2
         if rlen > MAX_SUBJECT_BYTES:
             raise CodecError(f"reply of {rlen} bytes exceeds limit", reason="limit")
         reply = _text(buf, p, rlen) if rlen else ""
         p += rlen
-        (hcount,) = _U16.unpack_from(buf, p)
+        (hcount,) = U16.unpack_from(buf, p)
         p += 2
         headers: Headers = ()
         if hcount:
             headers, p = _headers(buf, p, hcount)
-        (vlen,) = _U32.unpack_from(buf, p)
+        (vlen,) = U32.unpack_from(buf, p)
         p += 4
         if vlen > MAX_VALUE_BYTES:
             raise CodecError(f"value of {vlen} bytes exceeds limit", reason="limit")
@@ -365,13 +360,13 @@ def _headers(buf: bytes | bytearray | memoryview, p: int, count: int) -> tuple[H
         raise CodecError(f"{count} headers exceed limit", reason="limit")
     headers: list[tuple[str, bytes]] = []
     for _ in range(count):
-        (nlen,) = _U16.unpack_from(buf, p)
+        (nlen,) = U16.unpack_from(buf, p)
         p += 2
         if nlen > MAX_HEADER_NAME_BYTES:
             raise CodecError(f"header name of {nlen} bytes exceeds limit", reason="limit")
         name = bytes(buf[p : p + nlen]).decode()
         p += nlen
-        (vlen,) = _U32.unpack_from(buf, p)
+        (vlen,) = U32.unpack_from(buf, p)
         p += 4
         if vlen > MAX_VALUE_BYTES:
             raise CodecError(f"header value of {vlen} bytes exceeds limit", reason="limit")

@@ -61,13 +61,13 @@ max_message_bytes: value + key + header names (in characters) and values, as the
 always counted it. The controls (:mod:`jetsdk.codec.record_controls`) are None when the
 message has none; otherwise the body holds the headers they keep."""
 
-_U16 = struct.Struct(">H")
+_U16 = w.U16
 _PRODUCER = struct.Struct(">QQ")
 _NO_PRODUCER = b"\x00"
 _HAS_PRODUCER = b"\x01"
 _POLICY_BY_VALUE = tuple(AckPolicy)
-_U32 = struct.Struct(">I")
-_I32 = struct.Struct(">i")
+_U32 = w.U32
+_I32 = w.I32
 _ENVELOPE_PREFIX = struct.Struct(">4sBBH")
 _NO_HEADERS = b"\x00\x00"
 _new_tuple = tuple.__new__

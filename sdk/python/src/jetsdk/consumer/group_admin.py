@@ -217,14 +217,8 @@ async def commit_offsets(
     records = []
     for key, value in sorted(offsets.items()):
         entry = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
-        rec = OffsetCommit(
-            group=group,
-            member=committer,
-            stream=key.stream,
-            partition=key.partition,
-            generation=SIMPLE_GENERATION,
-            offset=entry.offset,
-            metadata=entry.metadata,
+        rec = OffsetCommit.of(
+            group, committer, key, SIMPLE_GENERATION, entry.offset, entry.metadata
         )
         records.append((key, entry.offset, encode_record(rec)))
     info = await ensure_groups_stream(client)

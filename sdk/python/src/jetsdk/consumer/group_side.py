@@ -32,13 +32,13 @@ from collections.abc import Mapping, Sequence
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import attrs
 
 from jetsdk.consumer.fetcher import PartitionRun
 from jetsdk.consumer.group_host import ConsumerParts
 from jetsdk.consumer.group_runtime import GroupRuntime, new_member_id
 from jetsdk.consumer.progress import Progress, commit_entries, decode_progress, encode_progress
+from jetsdk.consumer.tick_batch import TickBatch
 from jetsdk.consumer.values import OffsetAndMetadata, PartitionRef, PartitionsCallback
 from jetsdk.errors import InvalidArgument, JetError
 from jetsdk.group.assignors import BUILTIN_ASSIGNORS, Assignor
@@ -142,9 +142,9 @@ class GroupSide:
         """Revocations waiting for in-flight work (acks and settles wake them)."""
         self._tg: anyio.abc.TaskGroup | None = None
         self._starting: dict[StreamPartition, _Start] = {}
-        self._start_queue: list[_Start] = []
-        self._revoke_queue: list[_Revoke] = []
-        self._lost_queue: list[StreamPartition] = []
+        self._starts = TickBatch(self._start_assigned)
+        self._revokes = TickBatch(self._finish_revoked)
+        self._losses = TickBatch(self._report_lost)
         self._fenced: MemberFenced | None = None
         self._next_commit = 0.0
 
@@ -168,8 +168,7 @@ class GroupSide:
         # So that committed() and assignment() mean something right away (bounded).
         if await self.runtime.wait_joined(self.config.session_timeout):
             self.runtime.flush_actions()
-            if self._start_queue:
-                await self._start_assigned()
+            await self._starts.run_now()
 
     async def close(self, *, clean: bool) -> None:
         """Leave the group with final offsets (when auto-committing); bounded in time."""
@@ -330,14 +329,9 @@ class GroupSide:
             progress = decode_progress(offset, entry.position.metadata)
         start = _Start(partition, offset, generation, progress)
         self._starting[partition] = start
-        self._start_queue.append(start)
-        if len(self._start_queue) == 1:
-            assert self._tg is not None
-            self._tg.start_soon(self._start_assigned)
+        self._starts.add(start, self._tg)
 
-    async def _start_assigned(self) -> None:
-        await anyio.lowlevel.checkpoint()  # the rest of this poll's starts join the batch
-        batch, self._start_queue = self._start_queue, []
+    async def _start_assigned(self, batch: list[_Start]) -> None:
         consumer = self.consumer
         for start in batch:
             if start.offset is None and self._starting.get(start.key) is start:
@@ -387,15 +381,10 @@ class GroupSide:
             run.stop()
             self.consumer.delivery.drop_buffered(run)
         # on_assigned saw it: on_revoked must see it too (after the callbacks in flight).
-        self._revoke_queue.append(_Revoke(partition, run, deadline))
         self.draining += 1
-        if len(self._revoke_queue) == 1:
-            assert self._tg is not None
-            self._tg.start_soon(self._finish_revoked)
+        self._revokes.add(_Revoke(partition, run, deadline), self._tg)
 
-    async def _finish_revoked(self) -> None:
-        await anyio.lowlevel.checkpoint()
-        batch, self._revoke_queue = self._revoke_queue, []
+    async def _finish_revoked(self, batch: list[_Revoke]) -> None:
         consumer, runtime = self.consumer, self.runtime
         assert runtime is not None
         try:
@@ -440,14 +429,9 @@ class GroupSide:
         elif start is None or not start.announced:
             return
         if self.on_lost is not None:
-            self._lost_queue.append(partition)
-            if len(self._lost_queue) == 1:
-                assert self._tg is not None
-                self._tg.start_soon(self._report_lost)
+            self._losses.add(partition, self._tg)
 
-    async def _report_lost(self) -> None:
-        await anyio.lowlevel.checkpoint()
-        batch, self._lost_queue = self._lost_queue, []
+    async def _report_lost(self, batch: list[StreamPartition]) -> None:
         assert self.on_lost is not None
         try:
             await _invoke(self.on_lost, batch)

@@ -289,14 +289,8 @@ class GroupMember:
         if self._sent.get(key) == offset and not metadata:
             return False
         self._append(
-            OffsetCommit(
-                group=self.group,
-                member=self.member_id,
-                stream=partition.stream,
-                partition=partition.partition,
-                generation=local.generation,
-                offset=offset,
-                metadata=metadata,
+            OffsetCommit.of(
+                self.group, self.member_id, partition, local.generation, offset, metadata
             )
         )
         self._sent[key] = max(offset, self._sent.get(key, offset))

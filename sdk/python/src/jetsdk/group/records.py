@@ -240,6 +240,21 @@ class OffsetCommit(_MemberRecord):
         """The partition this commit is for."""
         return StreamPartition(self.stream, self.partition)
 
+    @classmethod
+    def of(
+        cls,
+        group: str,
+        member: str,
+        partition: StreamPartition,
+        generation: int,
+        offset: int,
+        metadata: str = "",
+    ) -> OffsetCommit:
+        """The commit of ``offset`` for ``partition`` (the inverse of :attr:`stream_partition`)."""
+        return cls(
+            group, member, partition.stream, partition.partition, generation, offset, metadata
+        )
+
 
 @attrs.frozen
 class FinalOffset:
