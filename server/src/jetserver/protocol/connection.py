@@ -67,14 +67,12 @@ _FETCH_STREAM = int(Api.FETCH_STREAM)
 _CANCEL_FETCH_STREAM = int(Api.CANCEL_FETCH_STREAM)
 _REPLICA_FETCH = int(Api.REPLICA_FETCH)
 HEAD_READ_BYTES = 4096
-"""Bytes asked for by the read after a frame's body was read in place: the next frame is
-often as large, and a read of RECV_BYTES took its header and its first 256 KiB into a new
-``bytes``, then copied them into the body's buffer. This read takes its header (and a few
-small frames, if small ones follow); the reads after it ask for RECV_BYTES again."""
+"""Bytes asked for by the read after a frame's body was read in place (one of RECV_BYTES
+took the next's header and first 256 KiB, then copied them); later reads ask RECV_BYTES."""
 READ_IN_PLACE_MIN_BYTES = 64 * 1024
-"""A request frame's body of at least this many bytes that is not all received at once is
-received in place, into a buffer of its size (FrameDecoder ``readinto_min``): no join of
-the received chunks (about 0.2-0.35 CPU ms per MiB of Produce requests)."""
+"""A request frame's body of at least this many bytes not all received at once is received
+in place, into a buffer of its size (FrameDecoder ``readinto_min``): no join of the chunks
+(about 0.2-0.35 CPU ms per MiB of Produce requests)."""
 _CANCEL_WAIT_S = 5.0
 """Bound on in-flight requests finishing their cancellation when a connection ends."""
 _CLOSE_NOTICE_TIMEOUT_S = 1.0
@@ -155,6 +153,7 @@ class AcceptedConnection:
             if self._tasks:  # let them see their cancellation before the socket goes
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_WAIT_S):
                     await asyncio.wait(list(self._tasks))
+            self._closing = True  # (an answer from a commit after this: nobody to read it)
             self.io.close()
 
     def _spawn(self, frame: Frame) -> None:
@@ -225,14 +224,16 @@ class AcceptedConnection:
         if hops.ENABLED:
             hops.mark("req.produce")
         self._corked = corked = []
+        self._inflight += 1  # (until its answer: one from its commit comes later)
         try:
-            served = self.at_once(correlation_id, body)
+            served = self.at_once(correlation_id, body, self._answer_later)
         except Exception as exc:  # (as a request task's failure)
             log.debug("request failed; closing connection", extra=fields(error=repr(exc)))
             self._shutdown()
             served = None
         self._corked = None
-        if served is not None:
+        self._inflight -= served is None or bool(served[0])
+        if served is not None and served[0]:
             corked.append(served[0])
             if hops.ENABLED:
                 hops.mark("resp.produce")
@@ -246,6 +247,14 @@ class AcceptedConnection:
             self._afters.add(task)
             task.add_done_callback(self._after_done)
         return True
+
+    def _answer_later(self, frame: bytes) -> None:
+        """The answer of a request :meth:`_answer_at_once` left in flight (from its commit)."""
+        self._inflight -= 1
+        self._last_activity = time.monotonic()
+        if self._slot_freed is not None:
+            self._slot_freed.set()
+        self._send_held([frame], own_tail=True)
 
     def _after_done(self, task: asyncio.Future[None]) -> None:
         self._afters.discard(task)

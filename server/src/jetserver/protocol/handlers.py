@@ -373,23 +373,28 @@ class Dispatcher:
         }
 
     def produce_now(
-        self, correlation_id: int, body: bytes
+        self, correlation_id: int, body: bytes, later: Callable[[bytes], None]
     ) -> tuple[bytes, Callable[[], Awaitable[None]] | None] | None:
         """A Produce request answered with no await, from its connection's reader
         callback (:meth:`OneProduce.serve_now`): its response frame and after-work;
         None, nothing done: :meth:`handle` answers it in its task (shutting down, a
-        screened request, anything but the common request)."""
+        screened request, anything but the common request). An empty frame: the frame
+        goes to ``later`` (once), from the commit of its ALL ack (:class:`_LaterAnswer`)."""
         security = self.security
         if self.shutting_down or (security is not None and security.screens(_PRODUCE)):
             return None
         started = time.perf_counter()
+        answer = _LaterAnswer(later, correlation_id, started, self.observe)
         try:
-            served = self.produce.one.serve_now(body)
+            served = self.produce.one.serve_now(body, answer)
         except Exception as exc:  # raised after its append: answered as handle's
+            answer.later = None  # (its commit answers nothing more)
             served = self._error_reply(Frame(_PRODUCE, 0, correlation_id, body), exc).data, None
         else:
             if served is None:
                 return None
+            if not served[0]:  # (answered by its commit: _answer_later)
+                return served
             served = (
                 encode_frame(_PRODUCE, correlation_id, served[0], flags=FLAG_RESPONSE),
                 served[1],
@@ -544,3 +549,26 @@ def _replica_answer_now(
     """A ReplicaFetch reply (its records in memory) framed and written now."""
     body = b"".join(replica_fetch_response_parts(reply.answers, flags=reply.flags))
     return _answer_now(write_now, frame.api, frame.correlation_id, body)
+
+
+@attrs.define(eq=False)
+class _LaterAnswer:
+    """The answer of a Produce request :meth:`Dispatcher.produce_now` left to its commit
+    (an ALL ack): framed, counted and handed to its connection."""
+
+    later: Callable[[bytes], None] | None
+    """The connection's writer of the frame (None: answered otherwise, nothing to do)."""
+    correlation_id: int
+    started: float
+    observe: Callable[[int, bytes, float], None] | None
+
+    def __call__(self, body: bytes) -> None:
+        later = self.later
+        if later is None:
+            return
+        self.later = None
+        frame = encode_frame(_PRODUCE, self.correlation_id, body, flags=FLAG_RESPONSE)
+        observe = self.observe
+        if observe is not None:
+            observe(_PRODUCE, frame, time.perf_counter() - self.started)
+        later(frame)
