@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import time
 from collections.abc import Callable
 
@@ -51,6 +52,8 @@ from jetserver.metadata.validate import (
 )
 
 __all__ = ["OneProduce", "check_subjects", "link_down", "partition_subject_of"]
+
+log = logging.getLogger(__name__)
 
 PARTITION_SUBJECTS_CACHED = 65_536
 """Most partition subjects :func:`partition_subject_of` remembers (least recently used
@@ -229,11 +232,8 @@ class OneProduce:
         if one is None:
             return None
         stream, partition, timeout_ms, subject, size, envelope, record = one
-        at_commit = None
-        if record.policy == _ALL:
-            if answer_later is None:
-                return None
-            at_commit = AnswerAtCommit(answer_later)
+        if record.policy == _ALL and answer_later is None:
+            return None
         try:
             checked = self._check_one(stream, partition, subject, size, envelope, record)
         except Exception:
@@ -241,7 +241,10 @@ class OneProduce:
         if checked is None:
             return None
         replica, subject, payload = checked
-        to = None if at_commit is None else DirectAckTo(at_commit, 0)
+        at_commit = to = None
+        if record.policy == _ALL and answer_later is not None:
+            at_commit = AnswerAtCommit(answer_later)
+            to = DirectAckTo(at_commit, 0)
         timeout_s = min(timeout_ms / 1000, self.limits.max_produce_timeout_s)
         if payload is None:  # no NATS copies (no_nats_copies)
             result = replica.intake.append_one(subject, record, to)
@@ -270,24 +273,48 @@ class OneProduce:
         if offset < 0 or result[0] != _NONE:
             return response, None
         message = (subject, payload)
-        sent = self.copies.send_now(replica, message, offset + 1, failures, turn, ticket)
-        if sent is True:
+        if at_commit is None:
+            return response, self._copy(
+                replica, message, offset + 1, failures, timeout_s, turn, ticket
+            )
+        try:  # (appended: its commit answers it, the one answer, whatever its copy does)
+            return response, self._copy(
+                replica, message, offset + 1, failures, timeout_s, turn, ticket
+            )
+        except Exception:
+            log.exception("a Produce's NATS copy failed", extra=replica.base.fields())
             return response, None
+
+    def _copy(
+        self,
+        replica: PartitionReplica,
+        message: tuple[str, EnvelopeBytes],
+        end: int,
+        failures: int,
+        timeout_s: float,
+        turn: int,
+        ticket: CopyTicket,
+    ) -> After | None:
+        """The NATS copy of a message :meth:`serve_now` appended: sent now if it may, or
+        from its commit (CommitSoon), or the after-work returned."""
+        sent = self.copies.send_now(replica, message, end, failures, turn, ticket)
+        if sent is True:
+            return None
         if sent is False:  # not committed yet (durability flushed): after the fsync
             replica.committer.soon().after_commit(
                 functools.partial(
                     self.copies.copy_committed,
                     replica,
                     message,
-                    offset + 1,
+                    end,
                     failures,
                     timeout_s,
                     turn,
                     ticket,
                 )
             )
-            return response, None
-        return response, sent
+            return None
+        return sent
 
     def _let_in(
         self,

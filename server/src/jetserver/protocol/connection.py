@@ -110,20 +110,17 @@ class AcceptedConnection:
     _streaming: set[asyncio.Task[None]] = attrs.field(factory=set)
     """Requests writing their replies after the first (FetchStream)."""
     _stream_controls: dict[int, StreamControl] = attrs.field(factory=dict)
-    """The FetchStream requests in flight, by correlation id: what ends each early
-    (CancelFetchStream, :mod:`jetserver.protocol.stream_control`)."""
+    """The FetchStream requests in flight by correlation id: what ends each (Cancel)."""
     _corked: list[bytes] | None = None  # write_now's frames held for one send (_cork)
     _uncork_soon: asyncio.Handle | None = None  # the next turn's _uncork of the last _cork
     _ended: bool = False
     """No more requests will be read (the peer closed its side, or the connection fails)."""
     _loop: asyncio.AbstractEventLoop | None = None
-    """The loop serving this connection (:meth:`serve`); asyncio.get_running_loop costs a
-    getpid system call per call on Python 3.11."""
+    """The loop serving this connection (:meth:`serve`; get_running_loop: a getpid, 3.11)."""
     requests: int = 0
     """Requests received."""
     _decoder: FrameDecoder | None = None
-    """The read loop's decoder, while requests may start from the reader callback
-    (:meth:`_take_whole`)."""
+    """The read loop's decoder, while requests may start in the reader callback."""
     at_once: AnswerAtOnce | None = None
     """Answers the common Produce request in the reader callback, with no task
     (:meth:`_answer_at_once`); None: every request in its task."""
@@ -249,11 +246,14 @@ class AcceptedConnection:
         return True
 
     def _answer_later(self, frame: bytes) -> None:
-        """The answer of a request :meth:`_answer_at_once` left in flight (from its commit)."""
+        """The answer of a request :meth:`_answer_at_once` left in flight, from its commit:
+        corked, what the commit pushes here too (a consumer's records) goes with it."""
         self._inflight -= 1
         self._last_activity = time.monotonic()
         if self._slot_freed is not None:
             self._slot_freed.set()
+        if self._corked is None:  # (the uncork: before the loop polls again, uvloop)
+            self._cork(own_tail=True)
         self._send_held([frame], own_tail=True)
 
     def _after_done(self, task: asyncio.Future[None]) -> None:
@@ -462,19 +462,19 @@ class AcceptedConnection:
             self._writers += 1
         return True
 
-    def _cork(self) -> bool:
+    def _cork(self, own_tail: bool = False) -> bool:
         """Hold :meth:`write_now`'s frames for one send (a Produce's answer and the FetchStream
         answers its commit pushes here) until :meth:`_uncork`, at the latest next turn."""
         if self._corked is not None or self._writers or self._closing or self._loop is None:
             return False
         self._corked = []
-        self._uncork_soon = self._loop.call_soon(self._uncork)
+        self._uncork_soon = self._loop.call_soon(self._uncork, own_tail)
         return True
 
-    def _uncork(self) -> None:
+    def _uncork(self, own_tail: bool = False) -> None:
         corked, self._corked = self._corked, None
         if corked:
-            self._send_held(corked)
+            self._send_held(corked, own_tail=own_tail)
 
     def _send_held(self, frames: list[bytes], *, own_tail: bool = False) -> None:
         """Send the frames :meth:`write_now` held (corked) now, or from a task after what

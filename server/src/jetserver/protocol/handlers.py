@@ -379,16 +379,16 @@ class Dispatcher:
         callback (:meth:`OneProduce.serve_now`): its response frame and after-work;
         None, nothing done: :meth:`handle` answers it in its task (shutting down, a
         screened request, anything but the common request). An empty frame: the frame
-        goes to ``later`` (once), from the commit of its ALL ack (:class:`_LaterAnswer`)."""
+        goes to ``later`` (once), from the commit of its ALL ack (:meth:`_answer_later`)."""
         security = self.security
         if self.shutting_down or (security is not None and security.screens(_PRODUCE)):
             return None
         started = time.perf_counter()
-        answer = _LaterAnswer(later, correlation_id, started, self.observe)
         try:
-            served = self.produce.one.serve_now(body, answer)
+            served = self.produce.one.serve_now(
+                body, partial(self._answer_later, later, correlation_id, started)
+            )
         except Exception as exc:  # raised after its append: answered as handle's
-            answer.later = None  # (its commit answers nothing more)
             served = self._error_reply(Frame(_PRODUCE, 0, correlation_id, body), exc).data, None
         else:
             if served is None:
@@ -403,6 +403,17 @@ class Dispatcher:
         if observe is not None:
             observe(_PRODUCE, served[0], time.perf_counter() - started)
         return served
+
+    def _answer_later(
+        self, later: Callable[[bytes], None], correlation_id: int, started: float, body: bytes
+    ) -> None:
+        """The answer of a Produce request :meth:`produce_now` left to its commit (a
+        ``functools.partial`` per request: no Python frame to build one)."""
+        frame = encode_frame(_PRODUCE, correlation_id, body, flags=FLAG_RESPONSE)
+        observe = self.observe
+        if observe is not None:
+            observe(_PRODUCE, frame, time.perf_counter() - started)
+        later(frame)
 
     async def _produce(self, frame: Frame, head: ProduceHead | None) -> Reply:
         # Each request runs in a plain asyncio task of its own (AcceptedConnection).
@@ -549,26 +560,3 @@ def _replica_answer_now(
     """A ReplicaFetch reply (its records in memory) framed and written now."""
     body = b"".join(replica_fetch_response_parts(reply.answers, flags=reply.flags))
     return _answer_now(write_now, frame.api, frame.correlation_id, body)
-
-
-@attrs.define(eq=False)
-class _LaterAnswer:
-    """The answer of a Produce request :meth:`Dispatcher.produce_now` left to its commit
-    (an ALL ack): framed, counted and handed to its connection."""
-
-    later: Callable[[bytes], None] | None
-    """The connection's writer of the frame (None: answered otherwise, nothing to do)."""
-    correlation_id: int
-    started: float
-    observe: Callable[[int, bytes, float], None] | None
-
-    def __call__(self, body: bytes) -> None:
-        later = self.later
-        if later is None:
-            return
-        self.later = None
-        frame = encode_frame(_PRODUCE, self.correlation_id, body, flags=FLAG_RESPONSE)
-        observe = self.observe
-        if observe is not None:
-            observe(_PRODUCE, frame, time.perf_counter() - self.started)
-        later(frame)
