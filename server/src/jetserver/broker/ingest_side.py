@@ -171,8 +171,8 @@ class Intake:
         if result is not None:
             self.produce_direct += 1
             self.produce_inline += 1
-            code, offset, ts = result
-            if to is not None and code == 0 and offset >= 0:
+            if to is not None and result[0] == 0 and result[1] >= 0:  # (else refused)
+                _code, offset, ts = result
                 if offset < self.base.log.high_watermark:  # (durability written)
                     to.completion.settle(0, 0, offset, ts)
                 else:

@@ -232,8 +232,6 @@ class OneProduce:
         if one is None:
             return None
         stream, partition, timeout_ms, subject, size, envelope, record = one
-        if record.policy == _ALL and answer_later is None:
-            return None
         try:
             checked = self._check_one(stream, partition, subject, size, envelope, record)
         except Exception:
@@ -242,7 +240,9 @@ class OneProduce:
             return None
         replica, subject, payload = checked
         at_commit = to = None
-        if record.policy == _ALL and answer_later is not None:
+        if record.policy == _ALL:
+            if answer_later is None:
+                return None
             at_commit = AnswerAtCommit(answer_later)
             to = DirectAckTo(at_commit, 0)
         timeout_s = min(timeout_ms / 1000, self.limits.max_produce_timeout_s)
