@@ -40,7 +40,9 @@ the NATS copy's cost per message is the difference from ``cf`` and ``cw``;
 ``JET_COST_VALUE_BYTES=<n>`` sends values of n bytes instead of 100 (the per-byte cost:
 each message still alone, so at most RATE per second); ``JET_COST_FSYNC_THREADS=1`` runs
 the servers with ``[storage] fsync_on_loop = false`` (every fsync in a worker thread, as
-after a slow one on a busy disk: the runner's back-off decides run by run otherwise).
+after a slow one on a busy disk: the runner's back-off decides run by run otherwise);
+``JET_COST_ACK=all`` sends with ack ALL (the answer waits for the commit) instead of
+LEADER.
 Run: ``python -m bench cost [--quick]``.
 """
 
@@ -67,6 +69,7 @@ from bench.bench_sdk import _load, _stamp, jet_latency
 from bench.trees import HERE, compared_trees, tree_paths
 from jetsdk import Client, Consumer, Producer
 from jetsdk.client_requests import Durability
+from jetsdk.codec.error_codes import AckPolicy
 from jetserver.testing.devcluster import DevCluster
 from jetserver.testing.jet_process import READY_TIMEOUT_S
 
@@ -90,7 +93,8 @@ async def one_at_a_time(
     client: Client, stream: str, rate: int, seconds: float, slack_s: float = 60.0
 ) -> list[float]:
     """As :func:`bench.bench_sdk.jet_latency`, but each message alone on its way: sent
-    (ack LEADER awaited), then received by the consumer, then the next one at its slot.
+    (its ack awaited: LEADER, or ALL with ``JET_COST_ACK=all``), then received by the
+    consumer, then the next one at its slot.
     Under load ``jet_latency``'s messages bunch into shared requests and responses, so
     its counts per message fall as the machine gets busier; these do not. ``slack_s``:
     how much longer than ``seconds`` the round may take."""
@@ -100,7 +104,7 @@ async def one_at_a_time(
     arrived = anyio.Event()
     async with (
         Consumer(client, stream, start="new-only", max_wait=5.0) as consumer,
-        Producer(client, stream, linger=0) as producer,
+        Producer(client, stream, linger=0, ack=_ack()) as producer,
         anyio.create_task_group() as tg,
     ):
 
@@ -123,6 +127,11 @@ async def one_at_a_time(
                 await arrived.wait()
                 arrived = anyio.Event()
     return latencies
+
+
+def _ack() -> AckPolicy:
+    """The producer's ack policy (``JET_COST_ACK``: ``leader``, the default, or ``all``)."""
+    return AckPolicy[os.environ.get("JET_COST_ACK", "leader").upper()]
 
 
 def _user_system_s(pid: int) -> tuple[float, float]:
@@ -509,7 +518,8 @@ def run(quick: bool) -> None:
             dev.start(_VALGRIND_START_S if prefix else READY_TIMEOUT_S)
             jets[tag] = (dev.addresses, dev.servers[0].pid)
         print(
-            f"one message's server cost at {RATE} msg/s, 100 B, {rounds} rounds of {n} messages"
+            f"one message's server cost at {RATE} msg/s, 100 B, ack {_ack().name}, {rounds}"
+            f" rounds of {n} messages"
             + "".join(f"; jet {tag} = {tree}" for tag, tree in trees.items())
             + f" (load {_load()})",
             flush=True,

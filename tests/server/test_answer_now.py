@@ -239,7 +239,7 @@ async def test_a_produce_alone_is_answered_in_the_reader_callback_with_no_task()
     async def after() -> None:
         after_ran.set()
 
-    def at_once(cid: int, body: bytes) -> tuple[bytes, Any] | None:
+    def at_once(cid: int, body: bytes, _later: Any) -> tuple[bytes, Any] | None:
         if cid == 0:
             return None  # the first: its task (the read loop then waits for the next)
         return _response(cid, b"at once " + body), after if cid == 3 else None
@@ -276,7 +276,7 @@ async def test_a_produce_behind_a_request_in_flight_is_served_by_its_task() -> N
             await release.wait()
         return Reply(_response(frame.correlation_id, b"task"))
 
-    def at_once(cid: int, body: bytes) -> tuple[bytes, Any] | None:
+    def at_once(cid: int, body: bytes, _later: Any) -> tuple[bytes, Any] | None:
         offered.append(cid)
         return None if cid == 1 else (_response(cid, b"at once"), None)
 
@@ -311,7 +311,7 @@ async def test_what_the_socket_does_not_take_of_an_answer_at_once_follows(
     async def handler(frame: Frame) -> Reply:
         return Reply(_response(frame.correlation_id, b"task"))
 
-    def at_once(cid: int, body: bytes) -> tuple[bytes, Any] | None:
+    def at_once(cid: int, body: bytes, _later: Any) -> tuple[bytes, Any] | None:
         return _response(cid, b"answer %d at once" % cid), None
 
     async with _serving(handler, at_once) as client:
@@ -326,3 +326,106 @@ async def test_what_the_socket_does_not_take_of_an_answer_at_once_follows(
         (1, b"answer 1 at once"),
         (2, b"answer 2 at once"),
     ]
+
+
+async def test_a_produce_answered_later_stays_in_flight_until_its_answer() -> None:
+    """``at_once`` may leave the answer to a later call (an ALL ack: its commit writes
+    it): no task, the request counts as in flight until then (a request behind it goes
+    to its task: none is answered at once ahead of it; the broker answers its tasks'
+    ALL acks in commit order), and the later frame reaches the client from the loop
+    callback that writes it."""
+    handled: list[int] = []
+    laters: list[Callable[[bytes], None]] = []
+
+    async def handler(frame: Frame) -> Reply:
+        handled.append(frame.correlation_id)
+        return Reply(_response(frame.correlation_id, b"task"))
+
+    def at_once(cid: int, body: bytes, later: Callable[[bytes], None]) -> tuple[bytes, Any]:
+        laters.append(later)
+        return b"", None
+
+    async with _serving(handler, at_once) as client:
+        client.sendall(encode_frame(Api.PRODUCE, 0, b"first: the read loop's"))
+        await _read_frames(client, 1)
+        with tasks_made() as made:
+            client.sendall(encode_frame(Api.PRODUCE, 1, b"left to its commit"))
+            with anyio.fail_after(BOUND_S):
+                while not laters:  # noqa: ASYNC110 (bounded: the reader callback's)
+                    await asyncio.sleep(0.005)
+        assert made == []
+        client.sendall(encode_frame(Api.PRODUCE, 2, b"behind it"))
+        with anyio.fail_after(BOUND_S):
+            while len(handled) < 2:  # noqa: ASYNC110 (bounded: its task's)
+                await asyncio.sleep(0.005)
+        (task_answer,) = await _read_frames(client, 1)
+        asyncio.get_running_loop().call_soon(laters[0], _response(1, b"from its commit"))
+        (later_answer,) = await _read_frames(client, 1)
+        client.sendall(encode_frame(Api.PRODUCE, 3, b"alone again"))
+        with anyio.fail_after(BOUND_S):
+            while len(laters) < 2:  # noqa: ASYNC110 (bounded: taken at once again)
+                await asyncio.sleep(0.005)
+    assert handled == [0, 2]
+    assert (task_answer.correlation_id, bytes(task_answer.body)) == (2, b"task")
+    assert (later_answer.correlation_id, bytes(later_answer.body)) == (1, b"from its commit")
+
+
+async def test_an_answer_later_and_a_push_of_the_same_callback_go_in_one_send(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The commit that answers an ALL ack left to it also pushes a tailing consumer's
+    records on the same connection: both frames go in one send (the later answer corks
+    the connection until the callback's end), in the order written."""
+    sends: list[int] = []
+    real_send_now = SocketIO.send_now
+
+    def send_now(self: SocketIO, data: bytes | memoryview, *, more: bool = False) -> int:
+        sends.append(len(data))
+        return real_send_now(self, data, more=more)
+
+    pushes: list[Callable[[bytes], bool]] = []
+    laters: list[Callable[[bytes], None]] = []
+    parked = asyncio.Event()
+
+    async def tailing() -> Reply:
+        parked.set()
+        await asyncio.Event().wait()  # (cancelled with the connection)
+        raise AssertionError("unreachable")
+
+    async def handler(frame: Frame) -> Reply:
+        if frame.api == Api.FETCH_STREAM:  # a tailing consumer: answers pushed to it
+            write_now = ANSWER_NOW.get()
+            assert write_now is not None
+            pushes.append(write_now)
+            first = encode_frame(Api.FETCH_STREAM, 1, b"first", flags=FLAG_RESPONSE)
+            return Reply(first, then=tailing)
+        return Reply(_response(frame.correlation_id, b"task"))
+
+    def at_once(cid: int, body: bytes, later: Callable[[bytes], None]) -> tuple[bytes, Any]:
+        laters.append(later)
+        return b"", None
+
+    async with _serving(handler, at_once) as client:
+        client.sendall(encode_frame(Api.FETCH_STREAM, 1, b"tail"))
+        await _read_frames(client, 1)
+        with anyio.fail_after(BOUND_S):
+            await parked.wait()
+        client.sendall(encode_frame(Api.PRODUCE, 2, b"ack all"))
+        with anyio.fail_after(BOUND_S):
+            while not laters:  # noqa: ASYNC110 (bounded: the reader callback's)
+                await asyncio.sleep(0.005)
+        monkeypatch.setattr(SocketIO, "send_now", send_now)
+        answer = _response(2, b"committed")
+        push = encode_frame(Api.FETCH_STREAM, 1, b"records", flags=FLAG_RESPONSE)
+
+        def commit() -> None:  # the fsync's end: the ALL answer, then the consumer's push
+            laters[0](answer)
+            assert pushes[0](push)
+
+        asyncio.get_running_loop().call_soon(commit)
+        frames = await _read_frames(client, 2)
+    assert [(f.correlation_id, bytes(f.body)) for f in frames] == [
+        (2, b"committed"),
+        (1, b"records"),
+    ]
+    assert sends == [len(answer) + len(push)]

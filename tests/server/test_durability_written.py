@@ -24,6 +24,7 @@ from cluster.harness import wait_until_async
 from jetsdk import Client, Consumer, Producer
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage
+from jetsdk.errors import JetError
 from jetserver.server import Server
 from jetserver.storage import fsync_threads
 from jetserver.testing import JetServer
@@ -208,3 +209,55 @@ async def test_a_failed_fsync_of_a_one_step_produce_sends_no_copy_of_what_it_cut
     assert lost, "the failed fsync cut nothing (the fault fired elsewhere)"
     assert set(copies) <= set(stored.values())  # no copy of a record the cut took
     assert [c for c in copies if c.startswith(b"after")] == list(after_cut.values())
+
+
+@pytest.mark.parametrize("on_loop", [True, False], ids=["runner", "threads"])
+async def test_a_failed_fsync_fails_the_all_acks_answered_by_their_commit(
+    nats_server: NatsServer, tmp_path: Path, fsync_shim: Path, on_loop: bool
+) -> None:
+    """A ``flushed`` partition's ALL-acked messages, one at a time, are taken in their
+    reader callback and answered by their commit (broker/produce_one.py,
+    ``AnswerAtCommit``: the fsync's end heard in a loop callback). One fsync fails (EIO,
+    the bytes since the last good sync dropped): the message it covered is answered with
+    the cut's error (the producer sends it again), never acked; every message acked,
+    before the cut or after it, is stored at its acked offset after a restart.
+    ``threads``: every fsync in a worker thread (``fsync_on_loop = false``)."""
+    data = tmp_path / "data"
+    marker = tmp_path / "fault-fired"
+    fault = FsyncFault(match="/0/00000000000000000000.log", at=3, marker=marker)
+    proc = start_faulty_process(nats_server.url, data, fault.env(), fsync_on_loop=on_loop)
+    acked: list[tuple[int, bytes]] = []
+    failed: list[tuple[bytes, ErrorCode | None]] = []
+    cut = "fsync failed: cut the log back to its last good sync"
+    try:
+        with anyio.fail_after(BOUND_S):
+            async with Client([proc.address]) as client:
+                await client.create_stream("fa", "fa")  # (durability flushed: the default)
+                async with Producer(client, "fa", ack=AckPolicy.ALL, linger=0) as producer:
+                    for i in range(400):
+                        value = b"value-%05d" % i
+                        try:
+                            ack = await producer.send(value)
+                        except JetError as exc:
+                            failed.append((value, exc.code))
+                        else:
+                            acked.append((ack.offset, value))
+                        if len(acked) >= 50 and cut in proc.log_path.read_text(errors="replace"):
+                            break
+                    after = i + 1
+                    for j in range(after, after + 30):  # after the cut: stored again
+                        value = b"value-%05d" % j
+                        ack = await producer.send(value)
+                        acked.append((ack.offset, value))
+    finally:
+        assert proc.stop() == 0
+    assert marker.exists(), "the injected fsync failure never fired"
+    records = await records_after_restart(nats_server.url, data, "fa", BOUND_S)
+    stored = {r.offset: r.value for r in records}
+    lost = [(o, v) for o, v in acked if stored.get(o) != v]
+    assert not lost, f"{len(lost)} acked records lost or changed: {lost[:5]}"
+    assert cut in proc.log_path.read_text(errors="replace")
+    # The message the cut took was failed (STORAGE_ERROR, retriable: the producer sent
+    # it again) or, if the producer gave up, is not stored.
+    assert {code for _v, code in failed} <= {ErrorCode.STORAGE_ERROR}
+    assert not {v for v, _c in failed} & set(stored.values())

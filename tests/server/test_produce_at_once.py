@@ -22,6 +22,7 @@ from jetsdk.codec.transcode import (
     one_message_envelope,
     produce_envelopes,
 )
+from jetserver.broker.direct import AnswerAtCommit
 from jetserver.broker.produce_one import OneProduce
 from jetserver.server import Server
 from support.loop_tasks import tasks_made
@@ -75,6 +76,47 @@ async def test_the_server_makes_no_task_for_the_common_produce(
     values = [b"first"] + [b"m%d" % i for i in range(20)]  # (each in its envelope)
     assert [m.data[-len(v) :] for m, v in zip(got, values, strict=True)] == values
     assert jet.streams.replica("t", 0).high_watermark == 21
+
+
+@pytest.mark.parametrize("durability", ["written", "flushed"])
+async def test_an_all_ack_is_answered_by_its_commit_with_no_task(
+    jet: Server, nc: NatsClient, durability: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ALL-acked message alone is taken in the reader callback too; its answer is
+    written by its commit (``flushed``: the fsync's end, from a loop callback), never
+    before: at each answer the HW and the flushed offset (``flushed``) are past it."""
+    counted = _Counted(monkeypatch)
+    seen: list[tuple[int, int, int]] = []
+    settle = AnswerAtCommit.settle
+
+    def watched(obj: AnswerAtCommit, index: int, code: int, offset: int, ts: int) -> None:
+        log = jet.streams.replica("a", 0).log
+        seen.append((offset, log.high_watermark, log.flushed_offset))
+        settle(obj, index, code, offset, ts)
+
+    monkeypatch.setattr(AnswerAtCommit, "settle", watched)
+    copies = await Subscriber.of(nc, "a.x")
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="a", subject="a.x", durability=durability)
+        await c.produce("a", 0, [ProduceMessage(b"first")])  # the partition's set-up
+        with anyio.fail_after(BOUND_S):
+            await copies.wait_for(1)
+        with tasks_made() as made:
+            for i in range(20):
+                (result,) = await c.produce(
+                    "a", 0, [ProduceMessage(b"m%d" % i)], ack_policy=AckPolicy.ALL
+                )
+                assert (result.error_code, result.offset) == (ErrorCode.NONE, i + 1)
+            with anyio.fail_after(BOUND_S):
+                got = await copies.wait_for(21)
+    assert counted.taken == 21
+    assert made == []
+    assert [offset for offset, _hw, _flushed in seen] == list(range(1, 21))
+    assert all(hw > offset for offset, hw, _flushed in seen)
+    if durability == "flushed":
+        assert all(flushed > offset for offset, _hw, flushed in seen)
+    values = [b"first"] + [b"m%d" % i for i in range(20)]
+    assert [m.data[-len(v) :] for m, v in zip(got, values, strict=True)] == values
 
 
 async def test_messages_answered_at_once_during_an_fsync_share_the_next_one(
@@ -133,8 +175,8 @@ async def test_requests_it_declines_are_answered_by_their_task(
     jet: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each reason to decline: a large write, no room for the copy in the backlog, the
-    server shutting down, several messages, an ALL ack, a producer id. Each is answered
-    as the task's path answers it (nothing done at once)."""
+    server shutting down, several messages, a producer id. Each is answered as the
+    task's path answers it (nothing done at once); an ALL ack is taken."""
     counted = _Counted(monkeypatch)
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(
@@ -153,8 +195,10 @@ async def test_requests_it_declines_are_answered_by_their_task(
         several = await c.produce("d", 0, [ProduceMessage(b"a"), ProduceMessage(b"b")])
         assert [r.offset for r in several] == [2, 3]
         (all_acked,) = await c.produce("d", 0, [ProduceMessage(b"c")], ack_policy=AckPolicy.ALL)
+        assert (all_acked.offset, counted.taken) == (4, 1)  # (answered by its commit)
+        counted.taken = 0
         (idempotent,) = await c.produce("d", 0, [ProduceMessage(b"p")], producer_id=7)
-        assert (all_acked.offset, idempotent.offset) == (4, 5)
+        assert idempotent.offset == 5
         declined = counted.declined
         jet.running.dispatcher.shutting_down = True
         try:
@@ -188,7 +232,7 @@ def _body(messages: list[ProduceMessage], **options: Any) -> bytes:
         ProduceMessage(b"v", key=b"k", headers=(("a", b""), ("b\u00e9", b"x" * 70))),
     ],
 )
-@pytest.mark.parametrize("ack", [AckPolicy.LEADER, AckPolicy.NONE])
+@pytest.mark.parametrize("ack", [AckPolicy.LEADER, AckPolicy.NONE, AckPolicy.ALL])
 def test_one_message_envelope_is_the_general_decoding(
     message: ProduceMessage, ack: AckPolicy
 ) -> None:
@@ -204,7 +248,6 @@ def test_one_message_envelope_is_the_general_decoding(
 @pytest.mark.parametrize(
     "body",
     [
-        _body([ProduceMessage(b"v")], ack_policy=AckPolicy.ALL),
         _body([ProduceMessage(b"v")], producer_id=1),
         _body([ProduceMessage(b"v")], current_values=True),
         _body([ProduceMessage(b"v", headers=(("Nats-Msg-Id", b"1"),))]),  # a header control

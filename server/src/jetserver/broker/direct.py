@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple, cast
+from typing import NamedTuple, Protocol, cast
 
 import attrs
 
@@ -35,11 +35,13 @@ __all__ = [
     "SHUTTING_DOWN",
     "TIMEOUT",
     "TOO_LARGE",
+    "AnswerAtCommit",
     "AnswerNow",
     "DirectAckTo",
     "DirectBatch",
     "ProduceCompletion",
     "Result",
+    "Settles",
     "batch_of",
     "fail_unappended",
     "stored_of",
@@ -154,10 +156,38 @@ class AnswerNow:
             log.debug("early Produce answer failed", extra=fields(error=repr(exc)))
 
 
+class Settles(Protocol):
+    """What a direct message's outcome is settled on (:class:`ProduceCompletion`,
+    :class:`AnswerAtCommit`)."""
+
+    def settle(self, index: int, code: int, offset: int, timestamp: int) -> None: ...
+
+
+@attrs.define(eq=False)
+class AnswerAtCommit:
+    """The completion of a one-message request with an ALL ack answered with no task
+    (broker/produce_one.py): its answer written by the turn that settles it, the commit
+    (the fsync's end, heard in the loop's I/O phase) or the cut that fails it, as the
+    replica core releases its other pending ALL acks."""
+
+    write: Callable[[bytes], None]
+    """Frames and sends the response body (must not raise)."""
+    sent: bool = False
+
+    def settle(self, index: int, code: int, offset: int, timestamp: int) -> None:
+        """Write the answer of the request's one message (once; ``index`` is 0)."""
+        if self.sent:
+            return
+        self.sent = True
+        if hops.ENABLED:
+            hops.mark("acked")
+        self.write(encode_produce_result_tuples([(code, offset, timestamp)]))
+
+
 class DirectAckTo(NamedTuple):
     """Where a message of a direct batch is acked: its request's completion, at its index."""
 
-    completion: ProduceCompletion
+    completion: Settles
     """The request's completion."""
     position: int
     """The message's index in its request."""

@@ -19,7 +19,8 @@ from nats.aio.msg import Msg
 from jetsdk.codec.envelope import COOKIE
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.transcode import DirectRecord
-from jetserver.broker.direct import DirectBatch, Result
+from jetserver.broker.acks import PartitionAck, PendingAck
+from jetserver.broker.direct import DirectAckTo, DirectBatch, Result
 from jetserver.broker.nats_port import SkipMarked, header_lines
 from jetserver.broker.replica_base import ReplicaBase
 from jetserver.broker.sequencer import Sequencer
@@ -27,6 +28,8 @@ from jetserver.broker.stored_copy import is_stored_copy, stored_skip, stored_val
 from jetserver.infra import hops
 
 __all__ = ["Intake"]
+
+_ALL = int(AckPolicy.ALL)
 
 
 @attrs.define(eq=False, repr=False)
@@ -153,15 +156,26 @@ class Intake:
         sequencer.offer(batch, batch.size)
         return True
 
-    def append_one(self, subject: str, record: DirectRecord) -> Result | None:
-        """:meth:`ingest_direct` of one message with a LEADER ack and no controls or
-        producer id, in the caller's step, its outcome returned (the caller saw
-        :meth:`appends_at_once` hold in this turn: :meth:`Sequencer.append_one_now`);
-        None, nothing done: a large write, for the general path."""
+    def append_one(
+        self, subject: str, record: DirectRecord, to: DirectAckTo | None = None
+    ) -> Result | None:
+        """:meth:`ingest_direct` of one message with no controls or producer id, in the
+        caller's step, its outcome returned (the caller saw :meth:`appends_at_once` hold
+        in this turn: :meth:`Sequencer.append_one_now`); None, nothing done: a large
+        write, for the general path. ``to``: where an ALL ack is settled, by the commit
+        that passes its record (registered with the core's pending acks, as
+        ``AppendBatch.success_ack``; settled now if the append committed it)."""
         if hops.ENABLED:
             hops.mark("sink")
         result = self.sequencer.append_one_now(subject, record)
         if result is not None:
             self.produce_direct += 1
             self.produce_inline += 1
+            if to is not None and result[0] == 0 and result[1] >= 0:  # (else refused)
+                _code, offset, ts = result
+                if offset < self.base.log.high_watermark:  # (durability written)
+                    to.completion.settle(0, 0, offset, ts)
+                else:
+                    ack = PartitionAck(offset, ts, "", _ALL, 0, "")
+                    self.base.core.add_pending(PendingAck(offset, to, ack))
         return result

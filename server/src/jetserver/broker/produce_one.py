@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import time
 from collections.abc import Callable
 
@@ -35,6 +36,7 @@ from jetsdk.codec.transcode import (
     produce_envelopes,
 )
 from jetserver.broker.copy_backlog import CopyBacklog, CopyTicket
+from jetserver.broker.direct import AnswerAtCommit, DirectAckTo
 from jetserver.broker.direct_copies import After, Copies, DirectCopies
 from jetserver.broker.nats_port import NatsPort
 from jetserver.broker.partition import PartitionReplica
@@ -51,21 +53,29 @@ from jetserver.metadata.validate import (
 
 __all__ = ["OneProduce", "check_subjects", "link_down", "partition_subject_of"]
 
+log = logging.getLogger(__name__)
+
 PARTITION_SUBJECTS_CACHED = 65_536
 """Most partition subjects :func:`partition_subject_of` remembers (least recently used
 dropped first): a few MiB at most, and more partitions than a server leads in practice."""
 _LEADER = int(AckPolicy.LEADER)
 _ACK_NONE = int(AckPolicy.NONE)
+_ALL = int(AckPolicy.ALL)
 _NONE = int(ErrorCode.NONE)
 _PUBLISHED_ANSWER = encode_produce_result_tuples([(_NONE, -1, -1)])
 """The answer to a Produce of one message with ack NONE, taken (the general path's)."""
 
 
-def _answer(record: DirectRecord, result: tuple[int, int, int]) -> bytes:
+def _answer(
+    record: DirectRecord, result: tuple[int, int, int], at_commit: AnswerAtCommit | None
+) -> bytes:
     """The answer to a request of the one message ``record`` appended with ``result``:
-    with ack NONE, no offset (published), as the general path answers."""
+    with ack NONE, no offset (published), as the general path answers; empty if its
+    commit answers it (``at_commit``, an ALL ack: appended, so settled by the commit)."""
     if record.policy == _ACK_NONE:
         return _PUBLISHED_ANSWER
+    if at_commit is not None and result[0] == _NONE and result[1] >= 0:
+        return b""
     return encode_produce_result_tuples([result])
 
 
@@ -201,12 +211,21 @@ class OneProduce:
             return response, await self.copies.room_for(after, deadline)
         return response, after
 
-    def serve_now(self, body: bytes) -> tuple[bytes, After | None] | None:
+    def serve_now(
+        self, body: bytes, answer_later: Callable[[bytes], None] | None = None
+    ) -> tuple[bytes, After | None] | None:
         """:meth:`serve` with no await, from the connection's reader callback (no task),
         of the common request decoded in one pass (:func:`one_message_envelope`): the
         response (to write now) and the after-work (None: nothing left). None, nothing
         done, where :meth:`serve` would not serve it, raise (the task's path answers the
-        same error) or wait (no room for its copy in the backlog)."""
+        same error) or wait (no room for its copy in the backlog).
+
+        An ALL ack on a server alone is answered by its commit, through
+        ``answer_later`` (None: not taken here), once, with the outcome the general path
+        answers: the fsync's end (heard in the loop's I/O phase, broker/commit_soon.py),
+        the cut back after a failed fsync, the partition's stop (the replica core's
+        pending ALL acks, :class:`AnswerAtCommit`); the response returned is then empty.
+        Before that answer the connection counts the request in flight."""
         if not self.direct:
             return None
         one = one_message_envelope(body, f"{self.inbox_prefix}.{next(self.tokens):x}")
@@ -220,13 +239,19 @@ class OneProduce:
         if checked is None:
             return None
         replica, subject, payload = checked
+        at_commit = to = None
+        if record.policy == _ALL:
+            if answer_later is None:
+                return None
+            at_commit = AnswerAtCommit(answer_later)
+            to = DirectAckTo(at_commit, 0)
         timeout_s = min(timeout_ms / 1000, self.limits.max_produce_timeout_s)
         if payload is None:  # no NATS copies (no_nats_copies)
-            result = replica.intake.append_one(subject, record)
+            result = replica.intake.append_one(subject, record, to)
             if result is None:
                 return None
             replica.committer.soon().after_commit(None)  # (the fsync left to it, if any)
-            return _answer(record, result), None
+            return _answer(record, result, at_commit), None
         backlog = self.backlog
         if not backlog.admits(len(payload)):
             return None
@@ -236,36 +261,60 @@ class OneProduce:
         ticket = backlog.enter(len(payload))
         result = None
         try:
-            result = replica.intake.append_one(subject, record)
+            result = replica.intake.append_one(subject, record, to)
         finally:
             if result is None or result[0] != _NONE or result[1] < 0:  # no copy
                 backlog.leave(ticket)
                 turns.finish(turn)
         if result is None:
             return None
-        response = _answer(record, result)
+        response = _answer(record, result, at_commit)
         offset = result[1]
         if offset < 0 or result[0] != _NONE:
             return response, None
         message = (subject, payload)
-        sent = self.copies.send_now(replica, message, offset + 1, failures, turn, ticket)
-        if sent is True:
+        if at_commit is None:
+            return response, self._copy(
+                replica, message, offset + 1, failures, timeout_s, turn, ticket
+            )
+        try:  # (appended: its commit answers it, the one answer, whatever its copy does)
+            return response, self._copy(
+                replica, message, offset + 1, failures, timeout_s, turn, ticket
+            )
+        except Exception:
+            log.exception("a Produce's NATS copy failed", extra=replica.base.fields())
             return response, None
+
+    def _copy(
+        self,
+        replica: PartitionReplica,
+        message: tuple[str, EnvelopeBytes],
+        end: int,
+        failures: int,
+        timeout_s: float,
+        turn: int,
+        ticket: CopyTicket,
+    ) -> After | None:
+        """The NATS copy of a message :meth:`serve_now` appended: sent now if it may, or
+        from its commit (CommitSoon), or the after-work returned."""
+        sent = self.copies.send_now(replica, message, end, failures, turn, ticket)
+        if sent is True:
+            return None
         if sent is False:  # not committed yet (durability flushed): after the fsync
             replica.committer.soon().after_commit(
                 functools.partial(
                     self.copies.copy_committed,
                     replica,
                     message,
-                    offset + 1,
+                    end,
                     failures,
                     timeout_s,
                     turn,
                     ticket,
                 )
             )
-            return response, None
-        return response, sent
+            return None
+        return sent
 
     def _let_in(
         self,

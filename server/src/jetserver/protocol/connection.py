@@ -67,14 +67,12 @@ _FETCH_STREAM = int(Api.FETCH_STREAM)
 _CANCEL_FETCH_STREAM = int(Api.CANCEL_FETCH_STREAM)
 _REPLICA_FETCH = int(Api.REPLICA_FETCH)
 HEAD_READ_BYTES = 4096
-"""Bytes asked for by the read after a frame's body was read in place: the next frame is
-often as large, and a read of RECV_BYTES took its header and its first 256 KiB into a new
-``bytes``, then copied them into the body's buffer. This read takes its header (and a few
-small frames, if small ones follow); the reads after it ask for RECV_BYTES again."""
+"""Bytes asked for by the read after a frame's body was read in place (one of RECV_BYTES
+took the next's header and first 256 KiB, then copied them); later reads ask RECV_BYTES."""
 READ_IN_PLACE_MIN_BYTES = 64 * 1024
-"""A request frame's body of at least this many bytes that is not all received at once is
-received in place, into a buffer of its size (FrameDecoder ``readinto_min``): no join of
-the received chunks (about 0.2-0.35 CPU ms per MiB of Produce requests)."""
+"""A request frame's body of at least this many bytes not all received at once is received
+in place, into a buffer of its size (FrameDecoder ``readinto_min``): no join of the chunks
+(about 0.2-0.35 CPU ms per MiB of Produce requests)."""
 _CANCEL_WAIT_S = 5.0
 """Bound on in-flight requests finishing their cancellation when a connection ends."""
 _CLOSE_NOTICE_TIMEOUT_S = 1.0
@@ -112,20 +110,17 @@ class AcceptedConnection:
     _streaming: set[asyncio.Task[None]] = attrs.field(factory=set)
     """Requests writing their replies after the first (FetchStream)."""
     _stream_controls: dict[int, StreamControl] = attrs.field(factory=dict)
-    """The FetchStream requests in flight, by correlation id: what ends each early
-    (CancelFetchStream, :mod:`jetserver.protocol.stream_control`)."""
+    """The FetchStream requests in flight by correlation id: what ends each (Cancel)."""
     _corked: list[bytes] | None = None  # write_now's frames held for one send (_cork)
     _uncork_soon: asyncio.Handle | None = None  # the next turn's _uncork of the last _cork
     _ended: bool = False
     """No more requests will be read (the peer closed its side, or the connection fails)."""
     _loop: asyncio.AbstractEventLoop | None = None
-    """The loop serving this connection (:meth:`serve`); asyncio.get_running_loop costs a
-    getpid system call per call on Python 3.11."""
+    """The loop serving this connection (:meth:`serve`; get_running_loop: a getpid, 3.11)."""
     requests: int = 0
     """Requests received."""
     _decoder: FrameDecoder | None = None
-    """The read loop's decoder, while requests may start from the reader callback
-    (:meth:`_take_whole`)."""
+    """The read loop's decoder, while requests may start in the reader callback."""
     at_once: AnswerAtOnce | None = None
     """Answers the common Produce request in the reader callback, with no task
     (:meth:`_answer_at_once`); None: every request in its task."""
@@ -155,6 +150,7 @@ class AcceptedConnection:
             if self._tasks:  # let them see their cancellation before the socket goes
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_WAIT_S):
                     await asyncio.wait(list(self._tasks))
+            self._closing = True  # (an answer from a commit after this: nobody to read it)
             self.io.close()
 
     def _spawn(self, frame: Frame) -> None:
@@ -225,14 +221,16 @@ class AcceptedConnection:
         if hops.ENABLED:
             hops.mark("req.produce")
         self._corked = corked = []
+        self._inflight += 1  # (until its answer: one from its commit comes later)
         try:
-            served = self.at_once(correlation_id, body)
+            served = self.at_once(correlation_id, body, self._answer_later)
         except Exception as exc:  # (as a request task's failure)
             log.debug("request failed; closing connection", extra=fields(error=repr(exc)))
             self._shutdown()
             served = None
         self._corked = None
-        if served is not None:
+        self._inflight -= served is None or bool(served[0])
+        if served is not None and served[0]:
             corked.append(served[0])
             if hops.ENABLED:
                 hops.mark("resp.produce")
@@ -246,6 +244,17 @@ class AcceptedConnection:
             self._afters.add(task)
             task.add_done_callback(self._after_done)
         return True
+
+    def _answer_later(self, frame: bytes) -> None:
+        """The answer of a request :meth:`_answer_at_once` left in flight, from its commit:
+        corked, what the commit pushes here too (a consumer's records) goes with it."""
+        self._inflight -= 1
+        self._last_activity = time.monotonic()
+        if self._slot_freed is not None:
+            self._slot_freed.set()
+        if self._corked is None:  # (the uncork: before the loop polls again, uvloop)
+            self._cork(own_tail=True)
+        self._send_held([frame], own_tail=True)
 
     def _after_done(self, task: asyncio.Future[None]) -> None:
         self._afters.discard(task)
@@ -453,19 +462,19 @@ class AcceptedConnection:
             self._writers += 1
         return True
 
-    def _cork(self) -> bool:
+    def _cork(self, own_tail: bool = False) -> bool:
         """Hold :meth:`write_now`'s frames for one send (a Produce's answer and the FetchStream
         answers its commit pushes here) until :meth:`_uncork`, at the latest next turn."""
         if self._corked is not None or self._writers or self._closing or self._loop is None:
             return False
         self._corked = []
-        self._uncork_soon = self._loop.call_soon(self._uncork)
+        self._uncork_soon = self._loop.call_soon(self._uncork, own_tail)
         return True
 
-    def _uncork(self) -> None:
+    def _uncork(self, own_tail: bool = False) -> None:
         corked, self._corked = self._corked, None
         if corked:
-            self._send_held(corked)
+            self._send_held(corked, own_tail=own_tail)
 
     def _send_held(self, frames: list[bytes], *, own_tail: bool = False) -> None:
         """Send the frames :meth:`write_now` held (corked) now, or from a task after what

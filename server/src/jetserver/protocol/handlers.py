@@ -375,23 +375,28 @@ class Dispatcher:
         }
 
     def produce_now(
-        self, correlation_id: int, body: bytes
+        self, correlation_id: int, body: bytes, later: Callable[[bytes], None]
     ) -> tuple[bytes, Callable[[], Awaitable[None]] | None] | None:
         """A Produce request answered with no await, from its connection's reader
         callback (:meth:`OneProduce.serve_now`): its response frame and after-work;
         None, nothing done: :meth:`handle` answers it in its task (shutting down, a
-        screened request, anything but the common request)."""
+        screened request, anything but the common request). An empty frame: the frame
+        goes to ``later`` (once), from the commit of its ALL ack (:meth:`_answer_later`)."""
         security = self.security
         if self.shutting_down or (security is not None and security.screens(_PRODUCE)):
             return None
         started = time.perf_counter()
         try:
-            served = self.produce.one.serve_now(body)
+            served = self.produce.one.serve_now(
+                body, partial(self._answer_later, later, correlation_id, started)
+            )
         except Exception as exc:  # raised after its append: answered as handle's
             served = self._error_reply(Frame(_PRODUCE, 0, correlation_id, body), exc).data, None
         else:
             if served is None:
                 return None
+            if not served[0]:  # (answered by its commit: _answer_later)
+                return served
             served = (
                 encode_frame(_PRODUCE, correlation_id, served[0], flags=FLAG_RESPONSE),
                 served[1],
@@ -400,6 +405,17 @@ class Dispatcher:
         if observe is not None:
             observe(_PRODUCE, served[0], time.perf_counter() - started)
         return served
+
+    def _answer_later(
+        self, later: Callable[[bytes], None], correlation_id: int, started: float, body: bytes
+    ) -> None:
+        """The answer of a Produce request :meth:`produce_now` left to its commit (a
+        ``functools.partial`` per request: no Python frame to build one)."""
+        frame = encode_frame(_PRODUCE, correlation_id, body, flags=FLAG_RESPONSE)
+        observe = self.observe
+        if observe is not None:
+            observe(_PRODUCE, frame, time.perf_counter() - started)
+        later(frame)
 
     async def _produce(self, frame: Frame, head: ProduceHead | None) -> Reply:
         # Each request runs in a plain asyncio task of its own (AcceptedConnection).

@@ -70,7 +70,12 @@ def error_reply(
 Handler = Callable[[Frame], Awaitable[Reply]]
 """Answers one request frame; must not raise (errors become error replies)."""
 
-AnswerAtOnce = Callable[[int, bytes], tuple[bytes, Callable[[], Awaitable[None]] | None] | None]
-"""Answers a Produce request (correlation id, body) with no await, in the reader callback
-that received it: its response frame and its after-work (None: nothing left), or None,
-nothing done: the request goes to its task as always."""
+AnswerAtOnce = Callable[
+    [int, bytes, Callable[[bytes], None]],
+    tuple[bytes, Callable[[], Awaitable[None]] | None] | None,
+]
+"""Answers a Produce request (correlation id, body, later) with no await, in the reader
+callback that received it: its response frame and its after-work (None: nothing left), or
+None, nothing done: the request goes to its task as always. An empty frame: the request
+is answered by one call of ``later`` with its frame (from its commit; it stays in flight
+until then)."""

@@ -329,14 +329,19 @@ OneMessage = tuple[str, int, int, str, int, bytes, DirectRecord]
 timeout_ms, subject, message size, envelope and record."""
 _ONE_HEAD = struct.Struct(">IBIBI")  # partition, ack_policy, timeout_ms, flags, count
 _LEADER = int(AckPolicy.LEADER)
-_LEADER_POLICY = (AckPolicy.LEADER, bytes((_LEADER,)))
-_NONE_POLICY = (AckPolicy.NONE, bytes((_NONE,)))
+_ALL = int(AckPolicy.ALL)
+_POLICIES = {
+    _LEADER: (AckPolicy.LEADER, bytes((_LEADER,))),
+    _NONE: (AckPolicy.NONE, bytes((_NONE,))),
+    _ALL: (AckPolicy.ALL, bytes((_ALL,))),
+}
+"""The ack policies :func:`one_message_envelope` takes: the record's and the envelope's."""
 
 
 def one_message_envelope(body: bytes, ack_inbox: str) -> OneMessage | None:
     """:func:`~jetsdk.codec.messages.decode_produce_head` and :func:`produce_envelopes`
-    (with ``records``) of the common Produce request in one pass: one message, ack LEADER
-    or NONE (then no ack inbox, whatever is passed), no flags (no producer id, no values
+    (with ``records``) of the common Produce request in one pass: one message, any ack
+    policy (NONE: no ack inbox, whatever is passed), no flags (no producer id, no values
     asked for), no header controls (headers that are not
     :mod:`~jetsdk.codec.record_controls`), a value under :data:`SPLIT_VALUE_MIN`; its
     envelope and record byte for byte theirs. None for any other request, or a body that
@@ -346,7 +351,8 @@ def one_message_envelope(body: bytes, ack_inbox: str) -> OneMessage | None:
         (slen,) = _U16.unpack_from(body, 0)
         p = 2 + slen
         partition, ack, timeout_ms, flags, count = _ONE_HEAD.unpack_from(body, p)
-        if (ack != _LEADER and ack != _NONE) or flags or count != 1 or slen > w.MAX_STR16_BYTES:
+        policy = _POLICIES.get(ack)
+        if policy is None or flags or count != 1 or slen > w.MAX_STR16_BYTES:
             return None
         stream = str(body[2:p], "utf-8")
         p += _ONE_HEAD.size
@@ -384,7 +390,6 @@ def one_message_envelope(body: bytes, ack_inbox: str) -> OneMessage | None:
         inbox16 = str16(ack_inbox, "ack inbox", MAX_SUBJECT_BYTES)
     except (struct.error, UnicodeDecodeError, CodecError):
         return None
-    policy = _LEADER_POLICY if ack == _LEADER else _NONE_POLICY
     env_head = b"".join((policy[1], body[key_pos:value_pos], inbox16, _CORR16[0]))
     value = body[value_pos:end]
     prefix, prefix_crc = _SEAL_PLAIN
