@@ -60,7 +60,7 @@ from jetserver.config.server import IngestConfig
 from jetserver.infra import hops
 from jetserver.infra.lazy_event import LazyEvent
 from jetserver.metadata.model import DURABILITY_FLUSHED
-from jetserver.replication.core import ROLE_SINGLE
+from jetserver.replication.core import ROLE_LEADER, ROLE_SINGLE
 from jetserver.storage.clock import wall_ns
 from jetserver.storage.epoch_writes import EPOCH_WRITES
 from jetserver.storage.framing import Body, whole_bodies, whole_body
@@ -245,6 +245,10 @@ class Sequencer:
                     await self.committer.commit_here(self.lost_race_since_commit)
             else:
                 self.committer.defer_flush()
+                if self.base.core.role == ROLE_LEADER:  # started now (_commit_in_task)
+                    # (A callable, not None: one of this log's fsyncs in a thread now
+                    # starts the next once it ended only for waiting work.)
+                    self.committer.soon().after_commit(_nothing)
 
     def append_one_now(self, subject: str, record: DirectRecord) -> Result | None:
         """:meth:`append_now` of one direct message with a LEADER or NONE ack, no header
@@ -347,14 +351,23 @@ class Sequencer:
         :data:`DEFER_MAX_RECORDS`: the fsync is left to its after-work, once its answer
         is written, :meth:`Committer.defer_flush`). Any size and any ack in an open
         :class:`FsyncGroup` (a ProduceMany's sections, broker/commit_group.py): the fsync
-        is left to the request, which fsyncs and commits its partitions together."""
+        is left to the request, which fsyncs and commits its partitions together.
+
+        A replicated partition's leader (durability ``flushed``): (False, True), and
+        :meth:`append_now` starts that fsync at once from loop callbacks
+        (:class:`~jetserver.broker.commit_soon.CommitSoon`: on the loop after a free turn,
+        else handed to a thread of the split syncs' lane now), as a one-step append's:
+        the flusher task's wake-up, and on the thread path its batch turn, were on the
+        leader's way to its fsync while the followers fetched (RF 3 ack ALL, issue 32).
+        The HW still moves only with the fsync's end (:class:`InTurn`), and a failure
+        goes to the flusher, which recovers."""
         item = batch[0] if len(batch) == 1 else None
         core = self.base.core
-        if not (
-            isinstance(item, DirectBatch)
-            and core.role == ROLE_SINGLE
-            and core.policy.durability == DURABILITY_FLUSHED
-        ):
+        if not (isinstance(item, DirectBatch) and core.policy.durability == DURABILITY_FLUSHED):
+            return False, False
+        if core.role == ROLE_LEADER:
+            return False, True
+        if core.role != ROLE_SINGLE:
             return False, False
         group = IN_GROUP.get()
         if group is not None and group.join(self.committer):
