@@ -11,7 +11,6 @@ counted (``FsyncRunner.flush``, which only it calls): none may run these appends
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,26 +26,13 @@ from jetserver.natslink.link import NatsLink
 from jetserver.replication.core import ROLE_LEADER
 from jetserver.storage import Log
 from jetserver.storage.fsync_runner import FsyncRunner
-from jetserver.testing import in_process_config
 from support.fsync_choice import fsyncs_on_the_loop
-from support.nats_server import NatsServer
 
 pytestmark = pytest.mark.anyio
 
 BOUND_S = 10.0
 """Bound on every wait."""
 POLL_S = 0.005
-
-
-@pytest.fixture
-async def link(nats_server: NatsServer) -> AsyncIterator[NatsLink]:
-    """A NATS link of this server, connected to ``nats_server``; closed after the test."""
-    link = NatsLink(in_process_config(nats_server.url, Path("/nonexistent")).nats)
-    await link.connect()
-    try:
-        yield link
-    finally:
-        await link.close()
 
 
 def _all_acked_batch(values: list[bytes]) -> DirectBatch:

@@ -244,11 +244,7 @@ class Sequencer:
                 with anyio.CancelScope(shield=True) if shield else _UNSCOPED:
                     await self.committer.commit_here(self.lost_race_since_commit)
             else:
-                self.committer.defer_flush()
-                if self.base.core.role == ROLE_LEADER:  # started now (_commit_in_task)
-                    # (A callable, not None: one of this log's fsyncs in a thread now
-                    # starts the next once it ended only for waiting work.)
-                    self.committer.soon().after_commit(_nothing)
+                self.committer.defer_flush(start=self.base.core.role == ROLE_LEADER)
 
     def append_one_now(self, subject: str, record: DirectRecord) -> Result | None:
         """:meth:`append_now` of one direct message with a LEADER or NONE ack, no header
@@ -351,24 +347,14 @@ class Sequencer:
         :data:`DEFER_MAX_RECORDS`: the fsync is left to its after-work, once its answer
         is written, :meth:`Committer.defer_flush`). Any size and any ack in an open
         :class:`FsyncGroup` (a ProduceMany's sections, broker/commit_group.py): the fsync
-        is left to the request, which fsyncs and commits its partitions together.
-
-        A replicated partition's leader (durability ``flushed``): (False, True), and
-        :meth:`append_now` starts that fsync at once from loop callbacks
-        (:class:`~jetserver.broker.commit_soon.CommitSoon`: on the loop after a free turn,
-        else handed to a thread of the split syncs' lane now), as a one-step append's:
-        the flusher task's wake-up, and on the thread path its batch turn, were on the
-        leader's way to its fsync while the followers fetched (RF 3 ack ALL, issue 32).
-        The HW still moves only with the fsync's end (:class:`InTurn`), and a failure
-        goes to the flusher, which recovers."""
+        is left to the request, which fsyncs and commits its partitions together. A
+        replicated leader's: (False, True), started at once (``defer_flush(start=True)``)."""
         item = batch[0] if len(batch) == 1 else None
         core = self.base.core
         if not (isinstance(item, DirectBatch) and core.policy.durability == DURABILITY_FLUSHED):
             return False, False
-        if core.role == ROLE_LEADER:
-            return False, True
         if core.role != ROLE_SINGLE:
-            return False, False
+            return False, core.role == ROLE_LEADER
         group = IN_GROUP.get()
         if group is not None and group.join(self.committer):
             return False, True
