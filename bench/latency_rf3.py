@@ -96,12 +96,15 @@ def _load(prefix: Path) -> dict[int, Marks]:
 
 
 def traced(
-    rate: int, total: int, around: Callable[[list[int]], None] | None = None
+    rate: int,
+    total: int,
+    around: Callable[[list[int]], None] | None = None,
+    raw: Callable[[Path], None] | None = None,
 ) -> tuple[dict[int, Marks], list[int], list[int]]:
     """Run three traced servers, send ``total`` messages one at a time at ``rate``: the
     servers' marks by process id, and each message's send and ack times. ``around`` is
     called with the servers' process ids before the first measured send and after the
-    last ack."""
+    last ack; ``raw`` with the marks files' prefix (``<prefix>.<pid>``) before they go."""
     with tempfile.TemporaryDirectory(prefix="jet-hops3-") as tmp:
         prefix = Path(tmp) / "hops"
         os.environ["JET_HOP_TRACE"] = str(prefix)
@@ -115,6 +118,8 @@ def traced(
                 )
         finally:
             os.environ.pop("JET_HOP_TRACE", None)
+        if raw is not None:
+            raw(prefix)
         return _load(prefix), sends, acks
 
 

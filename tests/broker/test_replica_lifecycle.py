@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -96,17 +95,6 @@ async def replica_over_a_real_log(
         ),
     )
     return replica, state
-
-
-@pytest.fixture
-async def link(nats_server: NatsServer) -> AsyncIterator[NatsLink]:
-    """A NATS link of this server, connected to ``nats_server``; closed after the test."""
-    link = NatsLink(in_process_config(nats_server.url, Path("/nonexistent")).nats)
-    await link.connect()
-    try:
-        yield link
-    finally:
-        await link.close()
 
 
 async def hand_over(

@@ -185,15 +185,29 @@ class Committer:
             tg.start_soon(self._flusher)
         self._dirty.set()
 
-    def defer_flush(self) -> None:
+    def defer_flush(self, *, start: bool = False) -> None:
         """Leave the fsync of what was just appended to the appending request, which runs
         it once its answer is written (:meth:`commit_deferred`, in its after-work): no
         flusher wake-up and no wake-up of the request for its NATS copies, two event-loop
         turns on a message's way at light load (docs/latency.md, "Hops"). If the request
         has not started it by the next loop turn (it yielded first, or has no after-work),
-        the flusher is asked as always, so the records never wait longer than that."""
+        the flusher is asked as always, so the records never wait longer than that.
+
+        ``start``: start it now from loop callbacks (:class:`CommitSoon`: on the loop after
+        a free turn, else on the split syncs' thread lane at once), for a replicated
+        partition's leader, whose request waits for its followers anyway
+        (:meth:`Sequencer.append_now <jetserver.broker.sequencer.Sequencer.append_now>`):
+        the flusher task's wake-up, its probe turn and, on the thread path, its batch turn
+        were on the leader's way to its fsync while the followers fetched (RF 3 ack ALL,
+        issue 32). The HW still moves only at the fsync's end (:class:`InTurn`, the
+        minimum over the ISR); a failure goes to the flusher, which recovers. Its work is
+        a no-op callable, not None: with None, an append made while the log's previous
+        :class:`CommitSoon` fsync runs in a thread was not started when that one ended
+        (``CommitSoon._thread_done`` starts the next only for waiting work)."""
         self._deferred = True
         self._deferred_soon = self._running_loop().call_soon(self._flush_if_deferred)
+        if start:
+            self.soon().after_commit(_nothing)
 
     def _behind_failed(self, error: BaseException) -> None:
         """A :class:`FlushBehind` fsync failed (a loop callback): the flusher takes over,

@@ -60,7 +60,7 @@ from jetserver.config.server import IngestConfig
 from jetserver.infra import hops
 from jetserver.infra.lazy_event import LazyEvent
 from jetserver.metadata.model import DURABILITY_FLUSHED
-from jetserver.replication.core import ROLE_SINGLE
+from jetserver.replication.core import ROLE_LEADER, ROLE_SINGLE
 from jetserver.storage.clock import wall_ns
 from jetserver.storage.epoch_writes import EPOCH_WRITES
 from jetserver.storage.framing import Body, whole_bodies, whole_body
@@ -244,7 +244,7 @@ class Sequencer:
                 with anyio.CancelScope(shield=True) if shield else _UNSCOPED:
                     await self.committer.commit_here(self.lost_race_since_commit)
             else:
-                self.committer.defer_flush()
+                self.committer.defer_flush(start=self.base.core.role == ROLE_LEADER)
 
     def append_one_now(self, subject: str, record: DirectRecord) -> Result | None:
         """:meth:`append_now` of one direct message with a LEADER or NONE ack, no header
@@ -347,15 +347,14 @@ class Sequencer:
         :data:`DEFER_MAX_RECORDS`: the fsync is left to its after-work, once its answer
         is written, :meth:`Committer.defer_flush`). Any size and any ack in an open
         :class:`FsyncGroup` (a ProduceMany's sections, broker/commit_group.py): the fsync
-        is left to the request, which fsyncs and commits its partitions together."""
+        is left to the request, which fsyncs and commits its partitions together. A
+        replicated leader's: (False, True), started at once (``defer_flush(start=True)``)."""
         item = batch[0] if len(batch) == 1 else None
         core = self.base.core
-        if not (
-            isinstance(item, DirectBatch)
-            and core.role == ROLE_SINGLE
-            and core.policy.durability == DURABILITY_FLUSHED
-        ):
+        if not (isinstance(item, DirectBatch) and core.policy.durability == DURABILITY_FLUSHED):
             return False, False
+        if core.role != ROLE_SINGLE:
+            return False, core.role == ROLE_LEADER
         group = IN_GROUP.get()
         if group is not None and group.join(self.committer):
             return False, True

@@ -10,6 +10,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from jetserver.infra import hops
 from jetserver.storage import durability_trace
 from jetserver.storage.config import DEFAULT_OPEN_SEALED_FILES
 from jetserver.storage.errors import LogClosedError, StorageError
@@ -286,6 +287,11 @@ def fsync(fd: int) -> None:
 def _traced_sync(fd: int, sync: Callable[[int], None]) -> None:
     trace = durability_trace.TRACE
     if trace is None:
+        if hops.ENABLED:  # the system call alone, in the thread that makes it
+            hops.mark("sync.start")
+            sync(fd)
+            hops.mark("sync.end")
+            return
         sync(fd)
         return
     size = os.fstat(fd).st_size  # before the sync: a racing append is not durable

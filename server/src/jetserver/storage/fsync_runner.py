@@ -277,7 +277,9 @@ class FsyncRunner:
             return True
         self.thread_fsyncs += 1
         self.thread_jobs += 1
-        sync = self.thread_sync or (os.fdatasync if durability_trace.TRACE is None else fdatasync)
+        sync = self.thread_sync or (
+            os.fdatasync if durability_trace.TRACE is None and not hops.ENABLED else fdatasync
+        )
         SYNCS.call(
             loop, functools.partial(_synced, pending, then), _sync_and_end, log_, pending, sync
         )
