@@ -70,8 +70,11 @@ class ReconcilePlan:
         """The wanted partitions not running, by key."""
         return [w for _key, w in sorted(kw for kw in self.wanted.items() if kw[0] not in running)]
 
-    def retarget(self, running: Mapping[Key, RunningPartition]) -> list[RunningPartition]:
-        """Hand each wanted running replica its target; those whose target changed (woken)."""
+    def retarget(
+        self, running: Mapping[Key, RunningPartition], *, wake: bool = True
+    ) -> list[RunningPartition]:
+        """Hand each wanted running replica its target; those whose target changed (their
+        appliers woken, unless not ``wake``: the caller wakes them, see role_slices)."""
         woken: list[RunningPartition] = []
         named: dict[tuple[str, ...], tuple[tuple[str, str], ...]] = {}  # replicas: few sets
         for key, (_meta, a) in self.wanted.items():
@@ -85,7 +88,8 @@ class ReconcilePlan:
             target: Wanted = (a, replicas)
             if opened.wanted != target:
                 opened.wanted = target
-                opened.wake.set()
+                if wake:
+                    opened.wake.set()
                 woken.append(opened)
         return woken
 
