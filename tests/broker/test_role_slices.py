@@ -3,8 +3,6 @@ loop time, new leaderships first, so the loop serves other work between the slic
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -122,18 +120,6 @@ class _Replica:
         # A role change that waits for nothing (as most in a failover's): no loop turn.
         self.role = ROLE_LEADER if a.leader == ME else ROLE_FOLLOWER
         self.log.append((self.ticker.turns, self.role, self.partition))
-
-
-@pytest.fixture
-def collector() -> Iterator[None]:
-    """The collector on, nothing frozen, before and after (a burst freezes what exists)."""
-    was = gc.isenabled()
-    gc.enable()
-    gc.unfreeze()
-    yield
-    gc.unfreeze()
-    if not was:
-        gc.disable()
 
 
 @pytest.mark.usefixtures("collector")
