@@ -70,11 +70,8 @@ class ReconcilePlan:
         """The wanted partitions not running, by key."""
         return [w for _key, w in sorted(kw for kw in self.wanted.items() if kw[0] not in running)]
 
-    def retarget(
-        self, running: Mapping[Key, RunningPartition], *, wake: bool = True
-    ) -> list[RunningPartition]:
-        """Hand each wanted running replica its target; those whose target changed (their
-        appliers woken, unless not ``wake``: the caller wakes them, see role_slices)."""
+    def retarget(self, running: Mapping[Key, RunningPartition]) -> list[RunningPartition]:
+        """Hand each wanted running replica its target; those whose target changed (woken)."""
         woken: list[RunningPartition] = []
         named: dict[tuple[str, ...], tuple[tuple[str, str], ...]] = {}  # replicas: few sets
         for key, (_meta, a) in self.wanted.items():
@@ -88,8 +85,7 @@ class ReconcilePlan:
             target: Wanted = (a, replicas)
             if opened.wanted != target:
                 opened.wanted = target
-                if wake:
-                    opened.wake.set()
+                opened.wake.set()
                 woken.append(opened)
         return woken
 

@@ -48,7 +48,6 @@ from jetserver.broker.reconcile_scope import ReconcileScope
 from jetserver.broker.replica_lookup import PARTITION_READY_TIMEOUT_S, ReplicaLookup
 from jetserver.broker.replica_tasks import ReplicaTasks
 from jetserver.broker.role_burst import ROLE_BURST_MIN, RoleBurst
-from jetserver.broker.role_slices import leaders_first, wake_in_slices
 from jetserver.broker.role_summary import RoleSummary
 from jetserver.broker.running import (
     MetadataView,
@@ -372,34 +371,23 @@ class StreamManager:
             new = plan.to_open(self._running)
             if new:  # opened in batches (each replica's applier starts as it opens)
                 await self.open_partitions(new, subscribe=False)
-            woken = plan.retarget(self._running, wake=False)
+            woken = plan.retarget(self._running)
             if hops.ENABLED:
                 hops.mark(f"reconcile.woken.{len(woken)}")
-            self._hand_out(woken, opened=bool(new))
+            # A failover (many role changes), or a few new partitions' first roles on a
+            # server holding many (their objects frozen after: see gc_pause).
+            held = len(self._running)
+            many = len(woken) >= ROLE_BURST_MIN or (bool(new) and held >= ROLE_BURST_MIN)
+            if woken and many and self._tg is not None:
+                burst = RoleBurst(len(woken), on_stall=self.role_summary.stalled, held=held)
+                for opened in woken:
+                    if opened.burst is not None:
+                        opened.burst.applied()  # it is in this burst now
+                    opened.burst = burst
+                burst.pause_collector()  # before the woken appliers run: see role_burst
+                self._burst = burst
+                self._tg.start_soon(burst.collector_paused)
             self._scope.done(plan, self._running)
-
-    def _hand_out(self, woken: list[RunningPartition], *, opened: bool) -> None:
-        """Wake the appliers of ``woken`` (handed new targets by a reconcile that
-        ``opened`` partitions or not): a burst of ROLE_BURST_MIN or more in slices of
-        bounded loop time, new leaderships first (role_slices), the others at once."""
-        # A failover (many role changes), or a few new partitions' first roles on a
-        # server holding many (their objects frozen after: see gc_pause).
-        held = len(self._running)
-        many = len(woken) >= ROLE_BURST_MIN or (opened and held >= ROLE_BURST_MIN)
-        if woken and many and self._tg is not None:
-            burst = RoleBurst(len(woken), on_stall=self.role_summary.stalled, held=held)
-            for each in woken:
-                if each.burst is not None:
-                    each.burst.applied()  # it is in this burst now
-                each.burst = burst
-            burst.pause_collector()  # before the woken appliers run: see role_burst
-            self._burst = burst
-            self._tg.start_soon(burst.collector_paused)
-        if len(woken) >= ROLE_BURST_MIN and self._tg is not None:
-            self._tg.start_soon(wake_in_slices, leaders_first(woken, self.server_id))
-            return
-        for each in woken:
-            each.wake.set()
 
     async def _close_partition(self, key: tuple[str, int], running: RunningPartition) -> None:
         await self._stop_running(key, running)
