@@ -1,8 +1,9 @@
-"""Fixtures of the broker tests that run a partition replica over a real NATS link."""
+"""Fixtures shared by the broker tests: a NATS link of this server, the collector's state."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import gc
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,3 +22,15 @@ async def link(nats_server: NatsServer) -> AsyncIterator[NatsLink]:
         yield link
     finally:
         await link.close()
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    """The collector on, nothing frozen, before and after (a burst freezes what exists)."""
+    was = gc.isenabled()
+    gc.enable()
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+    if not was:
+        gc.disable()

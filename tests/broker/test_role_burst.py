@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator
 
 import anyio
 import anyio.lowlevel
@@ -13,18 +12,6 @@ import pytest
 from jetserver.broker.role_burst import ROLE_BURST_MIN, RoleBurst
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def collector() -> Iterator[None]:
-    """The collector on, nothing frozen, before and after (the burst freezes what exists)."""
-    was = gc.isenabled()
-    gc.enable()
-    gc.unfreeze()
-    yield
-    gc.unfreeze()
-    if not was:
-        gc.disable()
 
 
 @pytest.mark.usefixtures("collector")

@@ -38,6 +38,7 @@ from jetserver.raft.config import (
 from jetserver.raft.election_timing import FIRST_ELECTION_S
 from jetserver.raft.journal import scan_records
 from jetserver.raft.machine import MAX_ENTRY_BYTES, Entry, encode_entry
+from jetserver.raft.snapshot_file import decode_snapshot
 from raft.kit import (
     FAST_TIMINGS,
     PASSWORD,
@@ -185,7 +186,7 @@ async def test_snapshot_and_journal_restore_a_restarted_node_alone(tmp_path: Pat
             await node.wait_applied(last.index, timeout=WAIT_S)
         expected = nodes[1].state
         assert all(node.state == expected for node in nodes)
-    snapshot = orjson.loads(configs[0].snapshot_path.read_bytes())
+    snapshot = decode_snapshot(configs[0].snapshot_path.read_bytes())
     assert snapshot["format"] == 1
     assert len(snapshot["machine"]["metadata"]["streams"]) >= 10
     journal_entries, _, _ = scan_records(configs[0].journal_path.read_bytes())
@@ -194,6 +195,31 @@ async def test_snapshot_and_journal_restore_a_restarted_node_alone(tmp_path: Pat
     async with MetadataRaft(configs[0]) as alone:
         assert alone.state == expected
         assert alone.status.leader_address is None
+
+
+async def test_the_snapshot_file_is_compressed_and_a_plain_json_one_still_loads(
+    tmp_path: Path,
+) -> None:
+    # 20 streams of 100 partitions: written as plain JSON (e793e834) the file is the
+    # document's bytes; compressed, a small part of them.
+    configs = make_configs(tmp_path, n=1)
+    async with running(configs) as (alone,):
+        await alone.wait_status(lambda s: s.is_leader, timeout=WAIT_S)
+        for i in range(20):
+            last = await alone.propose(create_op(f"big{i}", partitions=100))
+        await alone.wait_applied(last.index, timeout=WAIT_S)
+        alone.force_compaction()
+        await wait_file(configs[0].snapshot_path)
+        expected = alone.state
+    data = configs[0].snapshot_path.read_bytes()
+    plain = orjson.dumps(decode_snapshot(data))
+    assert len(data) * 5 < len(plain), (len(data), len(plain))
+    async with MetadataRaft(configs[0]) as again:
+        assert again.state == expected
+    # A snapshot written as plain JSON (before the compression) is read as it was.
+    configs[0].snapshot_path.write_bytes(plain)
+    async with MetadataRaft(configs[0]) as again:
+        assert again.state == expected
 
 
 async def test_a_full_restart_keeps_everything_and_continues(tmp_path: Path) -> None:

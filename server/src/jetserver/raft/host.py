@@ -17,8 +17,9 @@ PySyncObj specifics handled here:
 - ``password`` is always set (see :mod:`.config`); the port is bound to the configured
   address only, not to every interface (PySyncObj's default).
 - the journal is :class:`~.journal.DurableJournal` (synced, checksummed).
-- snapshots ("full dumps") are written by our serializer as orjson, never pickle; the
-  serializer also stores PySyncObj's two boundary log entries and the member list.
+- snapshots ("full dumps") are written by our serializer as orjson, never pickle, then
+  zlib-compressed (:mod:`.snapshot_file`); the serializer also stores PySyncObj's two
+  boundary log entries and the member list.
 - log records are routed by :mod:`.logbridge`.
 - the messages it receives pass through :mod:`.incoming` first (keepalives dropped, a
   leader's next index kept on late acknowledgements, Raft's AppendEntries rule on a
@@ -44,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import orjson
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import FAIL_REASON
 from pysyncobj.node import TCPNode
@@ -68,6 +68,7 @@ from jetserver.raft.machine import (
     apply_entry,
     machine_from_dict,
 )
+from jetserver.raft.snapshot_file import decode_snapshot, encode_snapshot
 from jetserver.raft.snapshot_pieces import SnapshotPieces
 from jetserver.storage.fatal import fsync_directory_or_die, fsync_or_die
 from jetserver.storage.space import with_reserve
@@ -503,7 +504,7 @@ class RaftHost:
                 ),
             },
         }
-        data = orjson.dumps(doc)
+        data = encode_snapshot(doc)
         with_reserve(Path(file_name), lambda: _write_synced(file_name, data))
         log.debug(
             "metadata raft: snapshot written",
@@ -517,7 +518,7 @@ class RaftHost:
             # before the journal entries it replaces are dropped.
             _sync_path(path)
             _sync_path(path.parent)
-            doc = orjson.loads(path.read_bytes())
+            doc = decode_snapshot(path.read_bytes())
             if doc.get("format") != SNAPSHOT_FORMAT:
                 raise ValueError(f"unknown snapshot format {doc.get('format')!r}")
             raft = doc["raft"]
