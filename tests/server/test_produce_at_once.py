@@ -171,6 +171,61 @@ async def test_messages_answered_at_once_during_an_fsync_share_the_next_one(
         assert len(got) == 2 * len(clients) + 1
 
 
+async def test_an_append_made_during_a_thread_fsync_gets_the_next_one_without_copies(
+    jet: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``no_nats_copies`` stream's one-step append has no after-work of its own: made
+    while the log's previous fsync runs in a worker thread, it must still get the next
+    fsync when that one ends (``CommitSoon.after_commit`` with no work), or its ALL
+    answer, and its commit, wait for whatever append comes next."""
+    gate = threading.Event()
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(gate.set)
+        a = await stack.enter_async_context(await RawClient.connect(jet.address))
+        b = await stack.enter_async_context(await RawClient.connect(jet.address))
+        await a.create_stream(name="q", subject="q.x", durability="flushed", no_nats_copies=True)
+        for c in (a, b):  # (each connection's first request: its set-up)
+            await c.produce("q", 0, [ProduceMessage(b"w")], ack_policy=AckPolicy.ALL)
+        replica = jet.streams.replica("q", 0)
+        runner = replica.committer.fsyncs
+        runner.on_loop = False
+        stack.callback(setattr, runner, "on_loop", True)
+
+        def held_sync(fd: int) -> None:  # (the worker thread's system call)
+            os.fdatasync(fd)
+            if not gate.wait(BOUND_S):
+                raise TimeoutError("the test never opened the gate")
+
+        runner.thread_sync = held_sync
+        stack.callback(setattr, runner, "thread_sync", None)
+        counted = _Counted(monkeypatch)
+        threads = runner.thread_fsyncs
+        answers: list[tuple[int, int]] = []
+
+        async def produce(c: RawClient, value: bytes) -> None:
+            (result,) = await c.produce("q", 0, [ProduceMessage(value)], ack_policy=AckPolicy.ALL)
+            answers.append((result.error_code, result.offset))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(produce, a, b"first")
+            with anyio.fail_after(BOUND_S):  # its fsync is in the thread, held
+                while runner.thread_fsyncs == threads:  # noqa: ASYNC110 - no event
+                    await anyio.sleep(0.005)
+            tg.start_soon(produce, b, b"second")
+            with anyio.fail_after(BOUND_S):  # appended behind the held fsync
+                while replica.log.log_end_offset < 4:  # noqa: ASYNC110 - no event
+                    await anyio.sleep(0.005)
+            assert answers == []  # ALL: neither answered before its fsync
+            gate.set()
+            with anyio.fail_after(BOUND_S):  # the second needs an fsync of its own
+                while len(answers) < 2:  # noqa: ASYNC110 - no event
+                    await anyio.sleep(0.005)
+        assert sorted(answers) == [(ErrorCode.NONE, 2), (ErrorCode.NONE, 3)]
+        assert counted.taken == 2
+        assert runner.thread_fsyncs == threads + 2  # the held one, then the second's
+        assert replica.high_watermark == replica.log.flushed_offset == 4
+
+
 async def test_requests_it_declines_are_answered_by_their_task(
     jet: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -200,14 +200,11 @@ class Committer:
         the flusher task's wake-up, its probe turn and, on the thread path, its batch turn
         were on the leader's way to its fsync while the followers fetched (RF 3 ack ALL,
         issue 32). The HW still moves only at the fsync's end (:class:`InTurn`, the
-        minimum over the ISR); a failure goes to the flusher, which recovers. Its work is
-        a no-op callable, not None: with None, an append made while the log's previous
-        :class:`CommitSoon` fsync runs in a thread was not started when that one ended
-        (``CommitSoon._thread_done`` starts the next only for waiting work)."""
+        minimum over the ISR); a failure goes to the flusher, which recovers."""
         self._deferred = True
         self._deferred_soon = self._running_loop().call_soon(self._flush_if_deferred)
         if start:
-            self.soon().after_commit(_nothing)
+            self.soon().after_commit(None)
 
     def _behind_failed(self, error: BaseException) -> None:
         """A :class:`FlushBehind` fsync failed (a loop callback): the flusher takes over,

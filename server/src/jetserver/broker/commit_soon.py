@@ -87,14 +87,19 @@ class CommitSoon:
     def after_commit(self, then: Callable[[], None] | None) -> None:
         """Run the fsync the append just made left to its request (if still due) from the
         next loop turns, then ``then()`` (committed or not: it checks the HW, and waits in
-        a task of its own if it must); ``then`` must not raise."""
+        a task of its own if it must); ``then`` must not raise. With no ``then`` the fsync
+        is still started, after the one running now if any (:meth:`_thread_done` starts
+        the next for waiting work only)."""
         idle = self._soon is None and self._in_thread is None
-        if not self.committer.keep_deferred() and idle:  # no fsync of ours to wait for
+        deferred = self.committer.keep_deferred()
+        if not deferred and idle:  # no fsync of ours to wait for
             if then is not None:
                 _run([then])
             return
         if then is not None:
             self._waiting.append(then)
+        elif deferred:  # no work, but its fsync must follow the one running now
+            self._waiting.append(_nothing)
         if idle:
             self._start()
 
@@ -204,6 +209,10 @@ class CommitSoon:
         committer.loop_refused = True
         committer.request_flush()
         _run(waiting)
+
+
+def _nothing() -> None:
+    """The work of an append that has none but its fsync (:meth:`CommitSoon.after_commit`)."""
 
 
 def _run(waiting: list[Callable[[], None]]) -> None:
