@@ -427,11 +427,7 @@ class Server:
                 if node is not None:
                     node.start(running.dispatcher.address, clean=clean)
                     await _first(node.reconciled.wait, self._stop.wait)
-                if cfg.listen.ready_file and not self._stop.is_set():
-                    _write_ready_file(
-                        Path(cfg.listen.ready_file), running.address, self.metrics_address
-                    )
-                log.info(
+                log.info(  # (before the ready file: whoever saw the file finds the line)
                     "server ready",
                     extra=fields(
                         server_id=cfg.server.id,
@@ -443,6 +439,10 @@ class Server:
                         event_loop=event_loop_name(),
                     ),
                 )
+                if cfg.listen.ready_file and not self._stop.is_set():
+                    _write_ready_file(
+                        Path(cfg.listen.ready_file), running.address, self.metrics_address
+                    )
                 running.streams.open_pending()  # a server alone with many partitions
                 if node is not None:
                     if cfg.auth.acls:
