@@ -51,6 +51,25 @@ class _Counted:
         monkeypatch.setattr(OneProduce, "serve_now", counting)
 
 
+def _fsyncs_held_in_threads(
+    replica: Any, gate: threading.Event, stack: contextlib.AsyncExitStack
+) -> Any:
+    """``replica``'s fsync runner, every fsync sent to a worker thread whose system call
+    then waits for ``gate`` (both undone by ``stack``)."""
+    runner = replica.committer.fsyncs
+    runner.on_loop = False
+    stack.callback(setattr, runner, "on_loop", True)
+
+    def held_sync(fd: int) -> None:  # (the worker thread's system call)
+        os.fdatasync(fd)
+        if not gate.wait(BOUND_S):
+            raise TimeoutError("the test never opened the gate")
+
+    runner.thread_sync = held_sync
+    stack.callback(setattr, runner, "thread_sync", None)
+    return runner
+
+
 @pytest.mark.parametrize("durability", ["written", "flushed"])
 async def test_the_server_makes_no_task_for_the_common_produce(
     jet: Server, nc: NatsClient, durability: str, monkeypatch: pytest.MonkeyPatch
@@ -138,17 +157,7 @@ async def test_messages_answered_at_once_during_an_fsync_share_the_next_one(
         with anyio.fail_after(BOUND_S):
             await copies.wait_for(len(clients))
         replica = jet.streams.replica("g", 0)
-        runner = replica.committer.fsyncs
-        runner.on_loop = False
-        stack.callback(setattr, runner, "on_loop", True)
-
-        def held_sync(fd: int) -> None:  # (the worker thread's system call)
-            os.fdatasync(fd)
-            if not gate.wait(BOUND_S):
-                raise TimeoutError("the test never opened the gate")
-
-        runner.thread_sync = held_sync
-        stack.callback(setattr, runner, "thread_sync", None)
+        runner = _fsyncs_held_in_threads(replica, gate, stack)
         counted = _Counted(monkeypatch)
         threads = runner.thread_fsyncs
         with tasks_made() as made:
@@ -187,17 +196,7 @@ async def test_an_append_made_during_a_thread_fsync_gets_the_next_one_without_co
         for c in (a, b):  # (each connection's first request: its set-up)
             await c.produce("q", 0, [ProduceMessage(b"w")], ack_policy=AckPolicy.ALL)
         replica = jet.streams.replica("q", 0)
-        runner = replica.committer.fsyncs
-        runner.on_loop = False
-        stack.callback(setattr, runner, "on_loop", True)
-
-        def held_sync(fd: int) -> None:  # (the worker thread's system call)
-            os.fdatasync(fd)
-            if not gate.wait(BOUND_S):
-                raise TimeoutError("the test never opened the gate")
-
-        runner.thread_sync = held_sync
-        stack.callback(setattr, runner, "thread_sync", None)
+        runner = _fsyncs_held_in_threads(replica, gate, stack)
         counted = _Counted(monkeypatch)
         threads = runner.thread_fsyncs
         answers: list[tuple[int, int]] = []
