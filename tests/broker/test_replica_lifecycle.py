@@ -46,7 +46,7 @@ from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamS
 from jetserver.metadata.ops import CreateStream, apply
 from jetserver.natslink.link import NatsLink
 from jetserver.replication.core import ROLE_FOLLOWER, ROLE_LEADER, ROLE_NONE
-from jetserver.testing import in_process_config, wait_until_async
+from jetserver.testing import in_process_config, nats_flushed, wait_until_async
 from support.control_plane import RecordingControl
 from support.nats_server import NatsServer
 
@@ -325,7 +325,7 @@ async def test_a_failover_leader_serves_before_nats_confirms_its_subscription(
         publisher = await nats_py.connect(nats_server.url)
         try:
             await publisher.publish(replica.subject, b"after the failover")
-            await publisher.flush()
+            await nats_flushed(publisher)
         finally:
             await publisher.close()
         await wait_until_async(

@@ -49,6 +49,7 @@ from jetsdk.errors import InvalidArgument, JetError, NotLeader
 from jetserver.broker.stored_copy import STORED_HEADER
 from jetserver.replication import ReplicationConfig
 from jetserver.replication.session import FetchSession
+from jetserver.testing import nats_flushed
 from jetserver.testing.waiting import wait_until_async
 
 pytestmark = [pytest.mark.anyio, needs_cluster]
@@ -388,7 +389,7 @@ async def test_replicated_all_acked_produce_is_appended_by_the_leader_directly(
     nc = await nats.connect(cluster.nats_url)
     try:
         await nc.subscribe("viadirect", cb=on_msg)
-        await nc.flush()
+        await nats_flushed(nc)
         async with Client(cluster.addresses, request_timeout=30.0) as client:
             await client.create_stream("viadirect", "viadirect", replication_factor=3)
             info, leader = await wait_full_isr(cluster, "viadirect", 0, 3, BOUND_S)

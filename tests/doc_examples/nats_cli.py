@@ -20,6 +20,8 @@ import nats
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+from jetserver.testing import nats_flushed
+
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
 
@@ -52,7 +54,7 @@ async def main(args: argparse.Namespace) -> int:
         body, hdrs = args.body.encode(), headers(args.header)
         if args.command == "pub":
             await nc.publish(args.subject, body, headers=hdrs)
-            await nc.flush(timeout=args.timeout)
+            await nats_flushed(nc, args.timeout)
             print(f'Published {len(body)} bytes to "{args.subject}"')
             return 0
         try:

@@ -33,6 +33,7 @@ from jetsdk.group.records import GROUPS_STREAM, Heartbeat, encode_record
 from jetsdk.partitioner import partition_for_key
 from jetsdk.share.records import Claim, encode_share_record
 from jetserver.security.passwords import hash_token
+from jetserver.testing import nats_flushed
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 
@@ -356,7 +357,7 @@ async def test_authorization_matrix(nats_server: NatsServer, tmp_path: Path) -> 
                 for subject in ("_jet.groups", f"_jet.groups.{p}", "_jet.share.g-1"):
                     await nc.publish(subject, _heartbeat("g-1"))
                 await nc.publish("data.a", b"raw")
-                await nc.flush()
+                await nats_flushed(nc)
                 with anyio.fail_after(10):
                     header, _ = await ops.fetch(
                         "data.a", 0, data_hw, max_bytes=1 << 16, max_wait=10.0

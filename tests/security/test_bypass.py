@@ -23,6 +23,7 @@ from jetsdk.errors import InvalidArgument, JetError, PermissionDenied
 from jetsdk.group.records import GROUPS_STREAM
 from jetsdk.group.stream_partition import StreamPartition
 from jetsdk.partitioner import partition_for_key
+from jetserver.testing import nats_flushed
 from security.auth_kit import auth_server, auth_settings, clients_as, tokens_for
 from support.nats_server import NatsServer
 
@@ -60,7 +61,7 @@ async def _barrier(nc: nats.NATS, ops: Client, stream: str) -> None:
     server stored it: what ``nc`` published before has reached the server's ingest."""
     before = await _hw(ops, stream, 0)
     await nc.publish(stream, b"barrier")
-    await nc.flush()
+    await nats_flushed(nc)
     with anyio.fail_after(10):
         header, _records = await ops.fetch(stream, 0, before, max_bytes=1 << 20, max_wait=10.0)
     assert header.hw > before

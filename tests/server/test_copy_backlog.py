@@ -38,6 +38,7 @@ from jetsdk.codec.produce_many import (
     encode_produce_many_request,
 )
 from jetserver.broker.copy_backlog import CopyBacklog
+from jetserver.testing import nats_flushed
 from support.jet_server import running_server, start_server_process
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
@@ -101,7 +102,7 @@ async def _backlog_server(
         try:
             copies = _Copies()
             await nc.subscribe("big", cb=copies.on_msg)
-            await nc.flush()
+            await nats_flushed(nc)
             yield c, backlog, copies
         finally:
             await nc.close()

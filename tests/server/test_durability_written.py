@@ -27,7 +27,7 @@ from jetsdk.codec.messages import ProduceMessage
 from jetsdk.errors import JetError
 from jetserver.server import Server
 from jetserver.storage import fsync_threads
-from jetserver.testing import JetServer
+from jetserver.testing import JetServer, nats_flushed
 from support.fsync_fault import FsyncFault
 from support.jet_server import (
     gated_server_process,
@@ -188,7 +188,7 @@ async def test_a_failed_fsync_of_a_one_step_produce_sends_no_copy_of_what_it_cut
     sent: list[bytes] = []
     try:
         await nc.subscribe("ff", cb=on_copy)
-        await nc.flush()
+        await nats_flushed(nc)
         with anyio.fail_after(BOUND_S):
             async with Client([proc.address]) as client:
                 await client.create_stream("ff", "ff")  # (durability flushed: the default)

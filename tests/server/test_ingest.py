@@ -14,6 +14,7 @@ from jetsdk.codec.envelope import EnvelopeAck, EnvelopeMessage, decode_acks, enc
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.envelope import parse_ack
 from jetserver.server import Server
+from jetserver.testing import nats_flushed
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
@@ -35,7 +36,7 @@ class AckInbox:
         published after this returns)."""
         collected = cls()
         await nc.subscribe(inbox, cb=collected.on_msg)
-        await nc.flush()
+        await nats_flushed(nc)
         return collected
 
     async def on_msg(self, msg: Msg) -> None:
@@ -59,7 +60,7 @@ async def test_cross_talk_plain_messages_are_stored_with_subject_reply_headers(
         await nc.publish("events", b"plain-1")
         await nc.publish("events", b"plain-2", headers={"h1": "v1", "h2": "v2"})
         await nc.publish("events", b"plain-3", reply="some.reply")
-        await nc.flush()
+        await nats_flushed(nc)
         records = await c.collect("events", 0, 3)
     assert [r.value for r in records] == [b"plain-1", b"plain-2", b"plain-3"]
     assert [r.offset for r in records] == [0, 1, 2]
@@ -95,7 +96,7 @@ async def test_wildcard_subjects(jet: Server, nc: NatsClient) -> None:
         await c.create_stream(name="tail", subject="shop.>")
         for subject in ("shop.a", "shop.b", "shop.a.deep", "other"):
             await nc.publish(subject, subject.encode())
-        await nc.flush()
+        await nats_flushed(nc)
         star = await c.collect("star", 0, 2)
         tail = await c.collect("tail", 0, 3)
     assert [r.subject for r in star] == ["shop.a", "shop.b"]
@@ -108,7 +109,7 @@ async def test_two_streams_on_one_subject_each_get_a_copy(jet: Server, nc: NatsC
         await c.create_stream(name="copy2", subject="dup")
         for i in range(10):
             await nc.publish("dup", str(i).encode())
-        await nc.flush()
+        await nats_flushed(nc)
         one = await c.collect("copy1", 0, 10)
         two = await c.collect("copy2", 0, 10)
     assert [r.value for r in one] == [r.value for r in two] == [str(i).encode() for i in range(10)]
@@ -119,7 +120,7 @@ async def test_partition_subjects(jet: Server, nc: NatsClient) -> None:
         await c.create_stream(name="parts", subject="p", partitions=3)
         for p in range(3):
             await nc.publish("p" if p == 0 else f"p.{p}", f"to-{p}".encode())
-        await nc.flush()
+        await nats_flushed(nc)
         for p in range(3):
             (record,) = await c.collect("parts", p, 1)
             assert record.value == f"to-{p}".encode()
@@ -227,7 +228,7 @@ async def test_load_balance_group_splits_a_subject(jet: Server, nc: NatsClient) 
         await c.create_stream(name="all", subject="work")  # not in the group: gets everything
         for i in range(n):
             await nc.publish("work", str(i).encode())
-        await nc.flush()
+        await nats_flushed(nc)
         everything = await c.collect("all", 0, n)
         assert len(everything) == n
         # "all" committed everything; the group members got theirs in the same NATS delivery

@@ -21,6 +21,7 @@ from jetsdk import Client, Table
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest, ProduceResult
 from jetserver.broker.append_checks import AppendChecks
+from jetserver.testing import nats_flushed
 from support.fsync_fault import FsyncFault
 from support.jet_server import records_after_restart, running_server, start_server_process
 from support.nats_server import NatsServer
@@ -65,7 +66,7 @@ async def test_a_won_compare_and_set_goes_in_one_step(
     nc = await nats.connect(nats_server.url)
     try:
         await nc.subscribe("lean", cb=on_copy)
-        await nc.flush()
+        await nats_flushed(nc)
         async with served(nats_server, tmp_path, "lean") as (client, checks):
 
             async def send(message: ProduceMessage, seq: int) -> ProduceResult:

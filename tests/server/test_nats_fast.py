@@ -27,6 +27,7 @@ from jetserver.broker.stored_copy import stored_header_block
 from jetserver.config.server import NatsConfig
 from jetserver.natslink.fast import JetNatsClient, JetParser, fast_path_supported
 from jetserver.natslink.link import _NATS_PY_PUB_INTERNALS, NatsLink
+from jetserver.testing import nats_flushed
 from support.nats_server import NatsServer
 
 
@@ -145,7 +146,7 @@ async def _probe(nc: Any, subject: str, heard: anyio.Event) -> None:
     with anyio.fail_after(10):
         while not heard.is_set():
             await nc.publish(subject, b"")
-            await nc.flush()
+            await nats_flushed(nc)
             with anyio.move_on_after(0.1):
                 await heard.wait()
 
@@ -180,7 +181,7 @@ async def _watching(url: str, prefix: str, count: int, sender: Any) -> AsyncIter
     nc = await nats.connect(url)
     try:
         await nc.subscribe(f"{prefix}.>", cb=watch.on_msg)
-        await nc.flush()
+        await nats_flushed(nc)
         await _probe(sender, f"{prefix}.probe", watch.heard)
         yield watch
     finally:
@@ -313,7 +314,7 @@ async def test_direct_delivery_order_headers_reply_and_unsubscribe(
         queued = await link.publish_many([(f"fast.p.{i}", b"p%d" % i) for i in range(100)])
         assert queued == 100
         await plain.publish("fast.end", b"end")
-        await plain.flush()
+        await nats_flushed(plain)
         with anyio.fail_after(10):
             await done.wait()
     finally:
@@ -459,7 +460,7 @@ async def test_idle_direct_subscriptions_start_no_task_until_a_message_needs_one
     try:
         await plain.publish("idle.3", b"taken")
         await plain.publish("idle.3", b"decline")
-        await plain.flush()
+        await nats_flushed(plain)
         with anyio.fail_after(10):
             await arrived.wait()
     finally:
@@ -602,7 +603,7 @@ async def test_publish_many_writes_in_a_loop_callback_without_waking_the_flusher
             assert nc._pending_data_size == 0
         assert kicks == [0]
         await nc.publish("w.end", b"30")  # nats-py's own path still works after ours
-        await nc.flush()
+        await nats_flushed(nc)
         with anyio.fail_after(10):
             await watch.all_in.wait()
     assert watch.payloads == [b"%d" % i for i in range(31)]

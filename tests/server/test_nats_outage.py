@@ -12,6 +12,7 @@ import pytest
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage
 from jetserver.natslink.link import NatsLink
+from jetserver.testing import nats_flushed
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient, ServerError
@@ -50,7 +51,7 @@ async def test_nats_restart_ingest_resumes(nats_server: NatsServer, tmp_path: Pa
         plain = await nats.connect(nats_server.url)
         try:
             await plain.publish("dur", b"plain-after")
-            await plain.flush()
+            await nats_flushed(plain)
         finally:
             await plain.close()
         records = await c.collect("dur", 0, 3)

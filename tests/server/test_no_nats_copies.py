@@ -25,6 +25,7 @@ from jetsdk.codec.messages import ProduceMessage
 from jetsdk.errors import InvalidArgument
 from jetserver.broker.stored_copy import STORED_HEADER
 from jetserver.server import Server
+from jetserver.testing import nats_flushed
 from support.raw_client import RawClient, ServerError
 
 pytestmark = pytest.mark.anyio
@@ -57,7 +58,7 @@ async def test_no_copies_with_the_setting_then_copies_again_once_turned_off(
 ) -> None:
     seen = _Seen(b"the-last")
     await nc.subscribe("q.x", cb=seen.on_msg)
-    await nc.flush()
+    await nats_flushed(nc)
     async with await RawClient.connect(jet.address) as c:
         created = await c.create_stream(name="q", subject="q.x", no_nats_copies=True)
         assert created["stream"]["config"]["no_nats_copies"] is True
@@ -90,7 +91,7 @@ async def test_plain_nats_messages_still_reach_subscribers(jet: Server, nc: Nats
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="p", subject="p.x", no_nats_copies=True)
         await nc.publish("p.x", b"plain")
-        await nc.flush()
+        await nats_flushed(nc)
         with anyio.fail_after(WAIT_S):
             await seen.got_last.wait()
         stored = await c.collect("p", 0, 1)
@@ -103,7 +104,7 @@ async def test_sdk_create_and_update_with_produce_many(jet: Server, nc: NatsClie
     seen = [_Seen(b"the-last-0"), _Seen(b"the-last-1")]
     await nc.subscribe(name, cb=seen[0].on_msg)
     await nc.subscribe(f"{name}.1", cb=seen[1].on_msg)
-    await nc.flush()
+    await nats_flushed(nc)
     async with Client(jet.address) as client:
         info = await client.create_stream(name, partitions=2, no_nats_copies=True)
         assert info.config["no_nats_copies"] is True

@@ -38,6 +38,7 @@ from jetserver.broker.sequencer import DEFER_MAX_RECORDS, Sequencer
 from jetserver.broker.stored_copy import STORED_HEADER
 from jetserver.server import Server
 from jetserver.storage import fsync_runner
+from jetserver.testing import nats_flushed
 from support.fsync_choice import fsyncs_on_the_loop
 from support.jet_server import running_server
 from support.nats_server import NatsServer
@@ -148,7 +149,7 @@ async def test_a_marked_copy_from_any_publisher_is_not_stored_by_that_partition(
         # partition's own check (spec: names match without regard to case).
         await nc.publish("d.x", envelope, headers={"jet-stored": "d 0"})
         await nc.publish("d.x", b"plain", headers={STORED_HEADER: "d 0"})  # not an envelope
-        await nc.flush()
+        await nats_flushed(nc)
         wide = await c.collect("wide", 0, 4)
         await _wait_skipped(jet, "d", 2)
         stored = await c.collect("d", 0, 2)
@@ -279,8 +280,8 @@ async def test_requests_appending_in_their_own_task_and_the_sequencer_keep_order
             for i in range(plain):
                 await nc.publish("mix.x", b"n-%03d" % i)
                 if i % 10 == 9:
-                    await nc.flush()
-            await nc.flush()
+                    await nats_flushed(nc)
+            await nats_flushed(nc)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(publish)

@@ -12,6 +12,7 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import FetchRequest, ProduceMessage, encode_fetch_request
 from jetserver.server import Server
+from jetserver.testing import nats_flushed
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient, ServerError
@@ -96,7 +97,7 @@ async def test_fetch_long_poll_wakes_on_new_data(jet: Server, nc: NatsClient) ->
                 while replica.fetch_waiters == 0:  # noqa: ASYNC110 - no event for "parked"
                     await anyio.sleep(0.005)
                 await nc.publish("lp", b"wake")
-                await nc.flush()
+                await nats_flushed(nc)
         assert result == [b"wake"]
 
 

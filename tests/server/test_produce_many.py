@@ -34,6 +34,7 @@ from jetserver.broker.sequencer import DEFER_MAX_RECORDS
 from jetserver.server import Server
 from jetserver.storage import Log
 from jetserver.storage.fsync_runner import FsyncRunner
+from jetserver.testing import nats_flushed
 from security.auth_kit import auth_settings, tokens_for
 from support.jet_server import running_server
 from support.nats_server import NatsServer
@@ -361,7 +362,7 @@ async def test_common_sections_are_served_in_one_step_the_rest_as_before(
 
     await nc.subscribe("w", cb=on_copy)
     await nc.subscribe("w.*", cb=on_copy)
-    await nc.flush()
+    await nats_flushed(nc)
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="w", subject="w", partitions=3, max_message_bytes=1000)
         controlled = encode_produce_request(

@@ -20,6 +20,7 @@ from jetsdk.codec.messages import ProduceMessage, ProduceResult
 from jetsdk.envelope import parse_message
 from jetserver.broker.produce_one import OneProduce
 from jetserver.server import Server
+from jetserver.testing import nats_flushed
 from support.one_step import OneStepSwitch
 from support.raw_client import RawClient, ServerError
 
@@ -117,7 +118,7 @@ async def test_the_one_step_path_answers_stores_and_copies_as_the_general_path(
 
     await nc.subscribe("one.x", cb=on_msg)
     await nc.subscribe("gen.x", cb=on_msg)
-    await nc.flush()
+    await nats_flushed(nc)
     step = OneStepSwitch(monkeypatch, OneProduce, "serve")
     now = _AtOnceSwitch(monkeypatch)
     async with await RawClient.connect(jet.address) as c:

@@ -24,6 +24,7 @@ from jetsdk.codec.messages import ProduceMessage
 from jetsdk.codec.transcode import EnvelopeBytes
 from jetsdk.envelope import build_message
 from jetserver.broker.seq_marks import SEQ_NEXT_BLOCK, SEQ_START_BLOCK, publish_marked, seq_mark
+from jetserver.testing import nats_flushed
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
@@ -138,7 +139,7 @@ async def test_a_plain_nats_publisher_is_not_checked(
                     producer_seq=seq,
                 )
                 await nc.publish("p", payload)
-            await nc.flush()
+            await nats_flushed(nc)
         finally:
             await nc.close()
         records = await c.collect("p", 0, 3)

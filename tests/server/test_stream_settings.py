@@ -26,6 +26,7 @@ from jetsdk.codec.frames import Api
 from jetsdk.codec.stream_settings import MAX_DURATION_S, MAX_SEGMENT_MAX_BYTES
 from jetserver.metadata.store import METADATA_FILE
 from jetserver.server import Server
+from jetserver.testing import nats_flushed
 from support.jet_server import start_server_process, stopping
 from support.nats_server import NatsServer
 from support.raw_client import RawClient, ServerError
@@ -41,7 +42,7 @@ async def _publish_around_one_msg_id(nc: NatsClient, subject: str) -> None:
     for i in range(PLAIN_MESSAGES):
         headers = {"Nats-Msg-Id": "the-one"} if i == PLAIN_MESSAGES // 2 else None
         await nc.publish(subject, b"m%d" % i, headers=headers)
-    await nc.flush(timeout=10)
+    await nats_flushed(nc, 10)
 
 
 @pytest.mark.parametrize("window", [1e300, 2**63, 1.7976931348623157e308, MAX_DURATION_S + 1])

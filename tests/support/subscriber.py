@@ -12,6 +12,8 @@ import anyio
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
+from jetserver.testing import nats_flushed
+
 
 class Subscriber:
     """Every message a subscription got, in order, and a wait for more."""
@@ -32,7 +34,7 @@ class Subscriber:
         """A subscriber of ``subject`` on ``nc`` (flushed: it sees what is sent from now)."""
         subscriber = cls()
         await nc.subscribe(subject, cb=subscriber.on_msg)
-        await nc.flush()
+        await nats_flushed(nc)
         return subscriber
 
     async def wait_for(self, count: int) -> list[Msg]:

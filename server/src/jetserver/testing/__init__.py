@@ -13,6 +13,7 @@ wheel, ``jet server`` as ``python -m jetserver.cli.main server``), stops them by
 bounds every wait:
 
 - :class:`NatsServer`: one nats-server (start, stop, kill, pause, resume, restart);
+  :func:`nats_flushed`: a nats-py client's flush that covers the SUB or PUB just made;
 - :class:`JetServer`: one ``jet server`` process (start, stop, kill9, pause, resume,
   power loss);
 - :class:`Cluster`: nats-server plus N servers, clustered when N > 1;
@@ -38,7 +39,7 @@ from jetserver.testing.jet_process import (
     server_config,
     to_toml,
 )
-from jetserver.testing.nats import NatsServer, NatsServerError, find_nats_server
+from jetserver.testing.nats import NatsServer, NatsServerError, find_nats_server, nats_flushed
 from jetserver.testing.waiting import WaitTimeout, reap, wait_until, wait_until_async
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ __all__ = [
     "free_ports",
     "in_process_config",
     "metadata_request",
+    "nats_flushed",
     "reap",
     "running_server",
     "server_config",

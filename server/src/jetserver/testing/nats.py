@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 import orjson
@@ -29,7 +30,34 @@ import orjson
 from jetserver.errors import JetServerError
 from jetserver.testing.waiting import reap
 
-__all__ = ["NatsServer", "NatsServerError", "find_nats_server"]
+if TYPE_CHECKING:
+    from nats.aio.client import Client as NatsClient
+
+__all__ = ["NatsServer", "NatsServerError", "find_nats_server", "nats_flushed"]
+
+DEFAULT_FLUSH_TIMEOUT_S = 5.0
+"""How long :func:`nats_flushed` waits for the round trip by default."""
+
+
+async def nats_flushed(nc: NatsClient, timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S) -> None:
+    """What ``await nc.flush()`` is meant to promise: every command ``nc`` sent before
+    (a SUB, a PUB) reached the nats-server, within ``timeout_s``.
+
+    nats-py (2.16) writes its flush's PING straight to the socket while a SUB or PUB made
+    just before may still wait in its pending buffer for the flusher task: the PONG can
+    then come back before the nats-server saw the SUB, and a message published from
+    another connection right after is not delivered to it (a subscriber "flushed" this
+    way missed jet's copy of a message produced after the flush, under load). Here the
+    pending buffer is written first (:func:`jetserver.natslink.flush.round_trip`, which
+    jet's own subscriptions use).
+
+    Raises:
+        TimeoutError: no PONG within ``timeout_s``.
+    """
+    from jetserver.natslink.flush import round_trip  # (nats-py only where used)
+
+    await round_trip(nc, timeout_s)
+
 
 DEFAULT_START_TIMEOUT_S = 10.0
 DEFAULT_STOP_TIMEOUT_S = 5.0
