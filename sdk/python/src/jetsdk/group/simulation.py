@@ -71,7 +71,7 @@ class SimConfig:
     """If set, every third slot subscribes to the first stream only."""
     assignor: str = "sticky"
     """Preferred assignor of every member."""
-    member: MemberConfig = MemberConfig(
+    member: MemberConfig = MemberConfig(  # noqa: RUF009  (frozen, so a shared default is safe)
         session_timeout=1.0,
         heartbeat_interval=0.25,
         release_timeout=1.5,
