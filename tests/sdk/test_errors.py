@@ -9,6 +9,7 @@ import pytest
 from jetsdk import errors
 from jetsdk.codec.error_codes import RETRIABLE, ErrorCode
 from jetsdk.codec.messages import decode_error, encode_error
+from support.exception_roots import outside
 
 
 @pytest.mark.parametrize("code", [c for c in ErrorCode if c != ErrorCode.NONE])
@@ -59,3 +60,21 @@ def test_builtin_bases_and_pickling() -> None:
     assert type(back) is errors.StreamNotFound
     assert back.stream == "s"
     assert str(back) == "gone"
+
+
+OUTSIDE_JET_ERROR = {
+    # The codec is below jetsdk.errors (which imports the codec's error codes and
+    # messages): its errors are ValueErrors, turned into MalformedFrame where the SDK
+    # reads a frame.
+    "jetsdk.codec.errors.CodecError",
+    "jetsdk.codec.compression.CompressionError",
+    "jetsdk.codec.frames.FrameTooLarge",
+    "jetsdk.codec.stream_settings.SettingError",
+    # The simulations' invariant checks are assertions.
+    "jetsdk.group.invariants.InvariantViolation",
+    "jetsdk.share.simulation.InvariantViolation",
+}
+
+
+def test_every_sdk_exception_has_the_one_root() -> None:
+    assert outside("jetsdk", errors.JetError, OUTSIDE_JET_ERROR) == []

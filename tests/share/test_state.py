@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 from pathlib import Path
 
 import pytest
 
+from jetsdk.errors import JetError
 from jetsdk.share.member import LostOutcome, ShareConfig, ShareMember
 from jetsdk.share.pace import RateMeter
 from jetsdk.share.records import (
@@ -447,3 +449,18 @@ def test_a_settle_leaves_out_what_is_empty() -> None:
     assert decode_share_record(raw) == record
     full = settle("a", 0, 1, rejected=((1, 2),), extend=True, dlq_hw=4, renew=((3, 4),))
     assert decode_share_record(encode_share_record(full)) == full
+
+
+def test_the_share_records_errors_are_jet_errors_and_value_errors() -> None:
+    # One root for every SDK error (issue 37 item 3): ``except JetError`` catches them, and
+    # callers that caught ValueError still do.
+    for raw, error in [
+        (b"[]", InvalidShareRecord),
+        (b'{"v":3,"type":"claim"}', UnsupportedShareVersion),
+    ]:
+        with pytest.raises(error) as caught:
+            decode_share_record(raw)
+        assert isinstance(caught.value, JetError)
+        assert isinstance(caught.value, ValueError)
+        assert not caught.value.retriable
+        assert pickle.loads(pickle.dumps(caught.value)).args == caught.value.args

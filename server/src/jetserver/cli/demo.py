@@ -48,6 +48,7 @@ from jetsdk import AckPolicy, Client, Consumer, JetError, Producer, StreamInfo
 from jetsdk.envelope import parse_ack
 from jetsdk.group.records import GROUPS_STREAM
 from jetsdk.partitioner import partition_for_key
+from jetserver.errors import JetServerError
 from jetserver.testing.devcluster import MAX_DEV_SERVERS, DevCluster
 
 STREAM = "orders"
@@ -80,7 +81,7 @@ def _section(title: str) -> None:
     _say(f"\n== {title}")
 
 
-class DemoError(RuntimeError):
+class DemoError(JetServerError, RuntimeError):
     """A check of the demo failed."""
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from jetserver.errors import JetServerError
 from jetserver.observe.bench_run import STEP_S, BenchResult, SideStats
 
 PLOT_POINTS = 40
@@ -17,7 +18,7 @@ PLOT_POINTS = 40
 PERCENTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("p999", 0.999))
 
 
-class PlotUnavailable(RuntimeError):
+class PlotUnavailable(JetServerError, RuntimeError):
     """matplotlib is not installed (``pip install 'jetserver[plot]'``)."""
 
 

@@ -30,6 +30,7 @@ import attrs
 import orjson
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetserver.errors import JetServerError
 from jetserver.metadata.model import MetadataState, StreamMeta
 from jetserver.metadata.op_codec import op_from_dict
 from jetserver.metadata.ops import CreateStream, DeleteStream, Op, OpResult, apply
@@ -47,7 +48,7 @@ UNDECODABLE = "undecodable metadata entry"
 """Start of the result message of an entry that could not be decoded."""
 
 
-class EntryDecodeError(ValueError):
+class EntryDecodeError(JetServerError, ValueError):
     """Bytes that are not an encoded :class:`Entry`."""
 
 

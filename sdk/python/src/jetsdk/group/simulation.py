@@ -71,16 +71,14 @@ class SimConfig:
     """If set, every third slot subscribes to the first stream only."""
     assignor: str = "sticky"
     """Preferred assignor of every member."""
-    session_timeout: float = 1.0
-    """Member session timeout."""
-    heartbeat_interval: float = 0.25
-    """Member heartbeat interval."""
-    release_timeout: float = 1.5
-    """Member release timeout."""
-    checkpoint_interval: float = 2.0
-    """Checkpoint interval."""
-    lease_margin: float = 0.05
-    """Lease safety margin."""
+    member: MemberConfig = MemberConfig(  # noqa: RUF009  (frozen, so a shared default is safe)
+        session_timeout=1.0,
+        heartbeat_interval=0.25,
+        release_timeout=1.5,
+        checkpoint_interval=2.0,
+        lease_margin=0.05,
+    )
+    """Timings of every member (assignors and instance id are set per process)."""
     max_append_delay: float = 0.03
     """An append reaches the log up to this long after it is sent."""
     max_ack_delay: float = 0.03
@@ -194,7 +192,9 @@ class Simulation:
         self.commits = CommitChecker(self.ledger)
         self.exclusive = ExclusiveProcessing()
         self.expiry = ExpiryBound(
-            config.session_timeout, config.heartbeat_interval, config.max_append_delay
+            config.member.session_timeout,
+            config.member.heartbeat_interval,
+            config.max_append_delay,
         )
         self.drops: list[float] = []
         self.slots: list[_Process | None] = [None] * config.members
@@ -311,19 +311,15 @@ class Simulation:
         streams = cfg.streams[:1] if cfg.heterogeneous and slot % 3 == 2 else cfg.streams
         names = ["sticky", "range", "roundrobin"]
         names.remove(cfg.assignor)
-        config = MemberConfig(
-            session_timeout=cfg.session_timeout,
-            heartbeat_interval=cfg.heartbeat_interval,
-            release_timeout=cfg.release_timeout,
-            checkpoint_interval=cfg.checkpoint_interval,
-            lease_margin=cfg.lease_margin,
+        config = attrs.evolve(
+            cfg.member,
             assignors=(cfg.assignor, *names),
             instance_id=f"i{slot}" if self.static[slot] else None,
         )
         start = self.log_start
         if rng.random() < 0.5:
             # Start near the end, as a driver would with ListOffsets by timestamp.
-            since = self.now - 2 * cfg.checkpoint_interval
+            since = self.now - 2 * cfg.member.checkpoint_interval
             start = max(start, bisect.bisect_left(self.arrivals, since))
         member = GroupMember(
             GROUP, pid, dict(streams), config, log_start=self.log_start, start=start
@@ -398,7 +394,7 @@ class Simulation:
         entry.draining = True
         drain = rng.uniform(0, cfg.max_drain)
         if rng.random() < cfg.stuck_rate:
-            drain = cfg.release_timeout * rng.uniform(1.0, 1.5)
+            drain = cfg.member.release_timeout * rng.uniform(1.0, 1.5)
 
         def done() -> None:
             current = proc.consuming.get(action.partition)
@@ -461,7 +457,10 @@ class Simulation:
         elif kind < 0.9 and self.static[proc.slot]:
             # A zombie: paused for long; its replacement starts meanwhile.
             self.pause(
-                proc, rng.uniform(cfg.session_timeout / 2, cfg.max_pause + cfg.session_timeout)
+                proc,
+                rng.uniform(
+                    cfg.member.session_timeout / 2, cfg.max_pause + cfg.member.session_timeout
+                ),
             )
             self.start_process(proc.slot)
         elif cfg.retention:

@@ -23,6 +23,8 @@ from typing import Any
 import attrs
 import orjson
 
+from jetsdk.errors import JetError
+
 __all__ = [
     "MAX_DELIVERIES_LIMIT",
     "MAX_LEASE_MS",
@@ -68,11 +70,11 @@ Run = tuple[int, int]
 """A half-open run of offsets ``[a, b)``."""
 
 
-class InvalidShareRecord(ValueError):
-    """A share-log record every reader skips (it breaks a validation rule)."""
+class InvalidShareRecord(JetError, ValueError):
+    """A share-log record every reader skips (it breaks a validation rule); not retriable."""
 
 
-class UnsupportedShareVersion(ValueError):
+class UnsupportedShareVersion(JetError, ValueError):
     """A record of a newer version: the reader must stop (skipping it would split views)."""
 
 

@@ -34,6 +34,7 @@ import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from jetsdk.codec.slots import slot_setters
+from jetsdk.errors import JetError
 
 _new_tuple = tuple.__new__
 """Builds a NamedTuple without its Python-level ``__new__`` (per record)."""
@@ -148,7 +149,7 @@ def initial_change(entry: Entry) -> Change:
     return change
 
 
-class WatchOverflow(Exception):
+class WatchOverflow(JetError):
     """A watcher fell :data:`MAX_WATCH_BUFFER` changes behind and was closed (watch again,
     with ``initial=True`` to get the state it missed)."""
 
