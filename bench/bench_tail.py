@@ -73,6 +73,9 @@ VALUE = bytes(100)
 OUTLIER_X = 3.0
 """A message over this many times the p50 is an outlier."""
 EVENT_MIN_MS = 1.0
+RENEWAL = "FetchStream sent again (no stream parked)"
+"""The cause of a message whose way overlapped the gap between the consumer's stream's last
+answer and its next stream's first (with no FetchStreamCredit: every 64 answers)."""
 """Events (collections, stalls) shorter than this are not listed as causes."""
 
 
@@ -326,6 +329,12 @@ def _analyse(name: str, marks: Marks, usage: Usage) -> None:
         "    the outliers' excess over p50 (ms in all), covered by: "
         + ", ".join(f"{k} {v:.0f}" for k, v in sorted(share.items(), key=lambda kv: -kv[1]))
     )
+    renewals = _renewals(marks, lo, hi)
+    print(
+        f"    FetchStreams: {len(renewals) * per:.1f} sent again per 10k msgs (gap p50 "
+        f"{pct([(b - a) / 1e6 for a, b in renewals], 0.5) if renewals else 0:.2f} ms), "
+        f"{sum(lo <= t <= hi for t in marks.get('stream.grant', [])) * per:.1f} grants"
+    )
     stalls = _stalls(marks)
     stages = tail_stages.FLUSHED if marks.get("fsync.start") else tail_stages.WRITTEN
     attributed = tail_stages.attribute(
@@ -336,6 +345,7 @@ def _analyse(name: str, marks: Marks, usage: Usage) -> None:
             "host stall (one CPU)": stalls[1],
             "server gc": spans["server gc"],
             "client gc": spans["client gc"],
+            RENEWAL: renewals,
             "fsync on the server loop": _spans(marks, "loop_fsync.start", "loop_fsync.end"),
             tail_stages.DISK: spans["fsync (beyond its p50)"],
             "append write() >= 1 ms": [
@@ -352,6 +362,18 @@ def _analyse(name: str, marks: Marks, usage: Usage) -> None:
         OUTLIER_X,
     )
     tail_stages.report(n, stages, attributed)
+
+
+def _renewals(marks: Marks, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The consumer's gaps between a FetchStream's last answer and the next stream's first
+    (no stream parked on the server meanwhile), of those ending in [lo, hi]."""
+    firsts = sorted(marks.get("stream.first", []))
+    out = []
+    for end in sorted(marks.get("stream.end", [])):
+        i = bisect.bisect_right(firsts, end)
+        if i < len(firsts) and lo <= end <= hi:
+            out.append((end, firsts[i]))
+    return out
 
 
 def _stalls(marks: Marks) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
