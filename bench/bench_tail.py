@@ -20,7 +20,8 @@ collection, ...). With ``JET_TAIL_LOOP=asyncio`` the server and this client run 
 loop with :mod:`bench.loop_probe` (the CPU of every loop callback: a long turn of this
 process's own, told from a preempted one), and it lists the callbacks of 0.5 ms of CPU or
 more by what they were. ``JET_TAIL_SECONDS`` sets the length (default 30, quick 10),
-``JET_TAIL_DURABILITY`` the cases (default ``flushed,written``), ``JET_TAIL_SERVER_PATH``
+``JET_TAIL_DURABILITY`` the cases (default ``flushed,written``), ``JET_TAIL_IN_FLIGHT``
+the producer's ``max_in_flight`` (default 1), ``JET_TAIL_SERVER_PATH``
 a directory put first on the server's PYTHONPATH (a ``sitecustomize`` of an experiment's);
 ``JET_TAIL_KEEP=<prefix>`` keeps the marks as JSON (``python -m bench.bench_tail <file>``
 prints their analysis again); ``JET_BENCH_AGAINST=<tree>`` runs the same against that
@@ -114,7 +115,13 @@ async def _publish_and_consume(
         await jet_latency(client, "tail", RATE, 1.0)
         async with (
             Consumer(client, "tail", start="new-only", max_wait=5.0) as consumer,
-            Producer(client, "tail", linger=0, max_pending=1000) as producer,
+            Producer(
+                client,
+                "tail",
+                linger=0,
+                max_pending=1000,
+                max_in_flight=int(os.environ.get("JET_TAIL_IN_FLIGHT", "1")),
+            ) as producer,
             anyio.create_task_group() as tg,
         ):
 
