@@ -20,7 +20,8 @@ collection, ...). With ``JET_TAIL_LOOP=asyncio`` the server and this client run 
 loop with :mod:`bench.loop_probe` (the CPU of every loop callback: a long turn of this
 process's own, told from a preempted one), and it lists the callbacks of 0.5 ms of CPU or
 more by what they were. ``JET_TAIL_SECONDS`` sets the length (default 30, quick 10),
-``JET_TAIL_DURABILITY`` the cases (default ``flushed,written``), ``JET_TAIL_SERVER_PATH``
+``JET_TAIL_DURABILITY`` the cases (default ``flushed,written``), ``JET_TAIL_IN_FLIGHT``
+the producer's ``max_in_flight`` (default 1), ``JET_TAIL_SERVER_PATH``
 a directory put first on the server's PYTHONPATH (a ``sitecustomize`` of an experiment's);
 ``JET_TAIL_KEEP=<prefix>`` keeps the marks as JSON (``python -m bench.bench_tail <file>``
 prints their analysis again); ``JET_BENCH_AGAINST=<tree>`` runs the same against that
@@ -73,6 +74,9 @@ VALUE = bytes(100)
 OUTLIER_X = 3.0
 """A message over this many times the p50 is an outlier."""
 EVENT_MIN_MS = 1.0
+RENEWAL = "FetchStream sent again (no stream parked)"
+"""The cause of a message whose way overlapped the gap between the consumer's stream's last
+answer and its next stream's first (with no FetchStreamCredit: every 64 answers)."""
 """Events (collections, stalls) shorter than this are not listed as causes."""
 
 
@@ -111,7 +115,13 @@ async def _publish_and_consume(
         await jet_latency(client, "tail", RATE, 1.0)
         async with (
             Consumer(client, "tail", start="new-only", max_wait=5.0) as consumer,
-            Producer(client, "tail", linger=0, max_pending=1000) as producer,
+            Producer(
+                client,
+                "tail",
+                linger=0,
+                max_pending=1000,
+                max_in_flight=int(os.environ.get("JET_TAIL_IN_FLIGHT", "1")),
+            ) as producer,
             anyio.create_task_group() as tg,
         ):
 
@@ -326,6 +336,12 @@ def _analyse(name: str, marks: Marks, usage: Usage) -> None:
         "    the outliers' excess over p50 (ms in all), covered by: "
         + ", ".join(f"{k} {v:.0f}" for k, v in sorted(share.items(), key=lambda kv: -kv[1]))
     )
+    renewals = _renewals(marks, lo, hi)
+    print(
+        f"    FetchStreams: {len(renewals) * per:.1f} sent again per 10k msgs (gap p50 "
+        f"{pct([(b - a) / 1e6 for a, b in renewals], 0.5) if renewals else 0:.2f} ms), "
+        f"{sum(lo <= t <= hi for t in marks.get('stream.grant', [])) * per:.1f} grants"
+    )
     stalls = _stalls(marks)
     stages = tail_stages.FLUSHED if marks.get("fsync.start") else tail_stages.WRITTEN
     attributed = tail_stages.attribute(
@@ -336,6 +352,7 @@ def _analyse(name: str, marks: Marks, usage: Usage) -> None:
             "host stall (one CPU)": stalls[1],
             "server gc": spans["server gc"],
             "client gc": spans["client gc"],
+            RENEWAL: renewals,
             "fsync on the server loop": _spans(marks, "loop_fsync.start", "loop_fsync.end"),
             tail_stages.DISK: spans["fsync (beyond its p50)"],
             "append write() >= 1 ms": [
@@ -352,6 +369,18 @@ def _analyse(name: str, marks: Marks, usage: Usage) -> None:
         OUTLIER_X,
     )
     tail_stages.report(n, stages, attributed)
+
+
+def _renewals(marks: Marks, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The consumer's gaps between a FetchStream's last answer and the next stream's first
+    (no stream parked on the server meanwhile), of those ending in [lo, hi]."""
+    firsts = sorted(marks.get("stream.first", []))
+    out = []
+    for end in sorted(marks.get("stream.end", [])):
+        i = bisect.bisect_right(firsts, end)
+        if i < len(firsts) and lo <= end <= hi:
+            out.append((end, firsts[i]))
+    return out
 
 
 def _stalls(marks: Marks) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:

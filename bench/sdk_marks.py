@@ -1,8 +1,10 @@
 """Client-side marks of the SDK's connection for the hop benchmarks (``bench latency``,
 ``bench tail``): when it is asked to write a Produce (``write``: the request is about to
 go, in the caller's task or after its turn) and when it decoded a Produce or Fetch
-response (``got.produce`` / ``got.fetch``). ``perf_counter_ns``, as the server's marks;
-and :func:`consume_timed`, their consumer loop."""
+response (``got.produce`` / ``got.fetch``); of the consumer's FetchStreams, when one is
+sent (``stream.open``), granted more answers (``stream.grant``), gives its first answer
+(``stream.first``) and its last (``stream.end``). ``perf_counter_ns``, as the server's
+marks; and :func:`consume_timed`, their consumer loop."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import anyio
 from jetsdk import Consumer, Message
 from jetsdk.codec.frames import Api
 from jetsdk.connection import Connection, PendingResponse
+from jetsdk.pending_stream import Body, PendingStream
 
 
 @contextmanager
@@ -24,6 +27,29 @@ def sdk_marks(marks: dict[str, list[int]]) -> Iterator[None]:
     original = Connection.send
     original_nowait = Connection.send_nowait
     original_resolve = PendingResponse._resolve
+    original_stream = Connection.send_stream
+    original_grant = Connection.grant_stream
+    original_push = PendingStream._push
+    fresh: dict[int, PendingStream] = {}  # streams sent, no answer yet (held: ids unique)
+
+    async def marked_stream(self: Connection, api: int, body: bytes, **kw: int) -> PendingStream:
+        marks["stream.open"].append(time.perf_counter_ns())
+        stream = await original_stream(self, api, body, **kw)
+        fresh[id(stream)] = stream
+        return stream
+
+    def marked_grant(self: Connection, stream: PendingStream, more: int) -> bool:
+        granted = original_grant(self, stream, more)
+        if granted:
+            marks["stream.grant"].append(time.perf_counter_ns())
+        return granted
+
+    def marked_push(self: PendingStream, body: Body | None, error: object, more: bool) -> None:
+        if fresh.pop(id(self), None) is not None:
+            marks["stream.first"].append(time.perf_counter_ns())
+        if not more:
+            marks["stream.end"].append(time.perf_counter_ns())
+        original_push(self, body, error, more)  # type: ignore[arg-type]
 
     async def marked_send(self: Connection, api: int, body: bytes) -> PendingResponse:
         if api == Api.PRODUCE:
@@ -45,12 +71,18 @@ def sdk_marks(marks: dict[str, list[int]]) -> Iterator[None]:
     Connection.send = marked_send  # type: ignore[method-assign,assignment]
     Connection.send_nowait = marked_send_nowait  # type: ignore[method-assign,assignment]
     PendingResponse._resolve = marked_resolve  # type: ignore[method-assign,assignment]
+    Connection.send_stream = marked_stream  # type: ignore[method-assign,assignment]
+    Connection.grant_stream = marked_grant  # type: ignore[method-assign]
+    PendingStream._push = marked_push  # type: ignore[method-assign]
     try:
         yield
     finally:
         Connection.send = original  # type: ignore[method-assign]
         Connection.send_nowait = original_nowait  # type: ignore[method-assign]
         PendingResponse._resolve = original_resolve  # type: ignore[method-assign]
+        Connection.send_stream = original_stream  # type: ignore[method-assign]
+        Connection.grant_stream = original_grant  # type: ignore[method-assign]
+        PendingStream._push = original_push  # type: ignore[method-assign]
 
 
 async def consume_timed(

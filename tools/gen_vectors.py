@@ -615,6 +615,8 @@ FETCH_STREAM_REQ = fs.FetchStreamRequest(
     stream="orders", partition=0, offset=17, max_bytes=65536, max_wait_ms=5000, max_responses=64
 )
 """A FetchStream request (spec/protocol.md, api 18): up to 64 answers, idle expiry 5 s."""
+FETCH_STREAM_CREDIT = fs.FetchStreamCredit(correlation_id=22, more_responses=32)
+"""32 more answers for that stream (api 20), granted once its consumer took 32."""
 PRODUCE_MANY_SECTIONS = [PRODUCE_REQ_MIN, PRODUCE_REQ]
 """A ProduceMany request: two Produce bodies, byte for byte (spec/protocol.md, api 17)."""
 NOT_LEADER_ERROR = {
@@ -1128,6 +1130,24 @@ def protocol_file() -> dict[str, Any]:
             {"ended": True},
             fs.encode_cancel_fetch_stream_answer(True),
         ),
+        frame_case(
+            "fetch_stream_credit_request",
+            fr.Api.FETCH_STREAM_CREDIT,
+            24,
+            0,
+            "fetch_stream_credit_request",
+            attrs.asdict(FETCH_STREAM_CREDIT),
+            fs.encode_fetch_stream_credit(FETCH_STREAM_CREDIT),
+        ),
+        frame_case(
+            "fetch_stream_credit_response",
+            fr.Api.FETCH_STREAM_CREDIT,
+            24,
+            RESP,
+            "fetch_stream_credit_response",
+            {"remaining": 48},
+            fs.encode_fetch_stream_credit_answer(48),
+        ),
         fetch_response_case("fetch_response_empty", 8, 0, 17, 0, 17, []),
         fetch_response_case("fetch_response_records_with_gap", 8, 0, 20, 0, 21, FETCH_RECORDS),
         fetch_response_case(
@@ -1208,6 +1228,24 @@ def protocol_file() -> dict[str, Any]:
             "cancel_fetch_stream_response_bad_value",
             "cancel_fetch_stream_response",
             "02",
+            "malformed",
+        ),
+        bad(
+            "fetch_stream_credit_request_truncated",
+            "fetch_stream_credit_request",
+            "00000016000000",
+            "truncated",
+        ),
+        bad(
+            "fetch_stream_credit_request_trailing",
+            "fetch_stream_credit_request",
+            "000000160000002000",
+            "malformed",
+        ),
+        bad(
+            "fetch_stream_credit_response_above_the_limit",
+            "fetch_stream_credit_response",
+            "00000401",
             "malformed",
         ),
         bad("json_not_an_object", "json", b"[1,2]".hex(), "malformed"),

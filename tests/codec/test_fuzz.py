@@ -89,6 +89,8 @@ DECODERS: dict[str, Callable[[bytes], Any]] = {
     "fetch_stream_request": fs.decode_fetch_stream_request,
     "cancel_fetch_stream_request": fs.decode_cancel_fetch_stream,
     "cancel_fetch_stream_response": fs.decode_cancel_fetch_stream_answer,
+    "fetch_stream_credit_request": fs.decode_fetch_stream_credit,
+    "fetch_stream_credit_response": fs.decode_fetch_stream_credit_answer,
     "fetch_response": decode_fetch_with_records,
     "replica_fetch_request": rf.decode_replica_fetch_request,
     "replica_fetch_response": rf.decode_replica_fetch_response,
@@ -189,6 +191,12 @@ ENCODINGS: dict[str, st.SearchStrategy[bytes]] = {
     ).map(fs.encode_fetch_stream_request),
     "cancel_fetch_stream_request": st.integers(0, 2**32 - 1).map(fs.encode_cancel_fetch_stream),
     "cancel_fetch_stream_response": st.booleans().map(fs.encode_cancel_fetch_stream_answer),
+    "fetch_stream_credit_request": st.builds(
+        fs.FetchStreamCredit, st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1)
+    ).map(fs.encode_fetch_stream_credit),
+    "fetch_stream_credit_response": st.integers(0, fs.MAX_FETCH_STREAM_RESPONSES).map(
+        fs.encode_fetch_stream_credit_answer
+    ),
     "fetch_response": st.lists(records, max_size=3).map(fetch_body),
     "replica_fetch_request": replica_fetch_requests.map(rf.encode_replica_fetch_request),
     "replica_fetch_response": replica_fetch_answers.map(rf.encode_replica_fetch_response),

@@ -96,6 +96,8 @@ def test_vector_files_cover_the_brief() -> None:
         "fetch_stream_request",
         "cancel_fetch_stream_request",
         "cancel_fetch_stream_response",
+        "fetch_stream_credit_request",
+        "fetch_stream_credit_response",
         "replica_fetch_request",
         "replica_fetch_response",
     }
@@ -286,6 +288,10 @@ def encode_body(body_type: str, f: Any) -> bytes:
         return fs.encode_cancel_fetch_stream(f["correlation_id"])
     if body_type == "cancel_fetch_stream_response":
         return fs.encode_cancel_fetch_stream_answer(f["ended"])
+    if body_type == "fetch_stream_credit_request":
+        return fs.encode_fetch_stream_credit(fs.FetchStreamCredit(**f))
+    if body_type == "fetch_stream_credit_response":
+        return fs.encode_fetch_stream_credit_answer(f["remaining"])
     if body_type == "replica_fetch_request":
         return rf.encode_replica_fetch_request(replica_fetch_request_of(f))
     if body_type == "replica_fetch_response":
@@ -334,6 +340,10 @@ def check_decoded_body(body_type: str, f: Any, body: bytes) -> None:
         assert fs.decode_cancel_fetch_stream(body) == f["correlation_id"]
     elif body_type == "cancel_fetch_stream_response":
         assert fs.decode_cancel_fetch_stream_answer(body) is f["ended"]
+    elif body_type == "fetch_stream_credit_request":
+        assert fs.decode_fetch_stream_credit(body) == fs.FetchStreamCredit(**f)
+    elif body_type == "fetch_stream_credit_response":
+        assert fs.decode_fetch_stream_credit_answer(body) == f["remaining"]
     elif body_type == "replica_fetch_request":
         assert rf.decode_replica_fetch_request(body) == replica_fetch_request_of(f)
     elif body_type == "replica_fetch_response":
@@ -392,6 +402,8 @@ DECODERS: dict[str, Any] = {
     "fetch_stream_request": fs.decode_fetch_stream_request,
     "cancel_fetch_stream_request": fs.decode_cancel_fetch_stream,
     "cancel_fetch_stream_response": fs.decode_cancel_fetch_stream_answer,
+    "fetch_stream_credit_request": fs.decode_fetch_stream_credit,
+    "fetch_stream_credit_response": fs.decode_fetch_stream_credit_answer,
     "replica_fetch_request": rf.decode_replica_fetch_request,
     "replica_fetch_response": rf.decode_replica_fetch_response,
 }

@@ -134,7 +134,7 @@ async def test_a_closed_stream_is_cancelled_on_the_server(
         await _produce(client, name, [b"v1"])
         _header, raw = await client.fetch(name, 0, 1, max_bytes=1 << 20, max_wait=BOUND_S)
         assert [r.value for r in iter_records(raw)] == [b"v1"]
-        assert conn.streams_cancelled == 1
+        assert conn.stream_controls[Api.CANCEL_FETCH_STREAM] == 1
     streamed = [f for f in frames if f.correlation_id == pending.correlation_id]
     assert [
         (f.flags, len(list(iter_records(decode_fetch_response(f.body)[1])))) for f in streamed
@@ -342,3 +342,80 @@ async def test_a_streams_wait_starts_again_after_answers_taken_in_the_readers_tu
     pending._push(b"last", None, more=False)  # a last answer is never taken
     assert taken[-1] == b"queue me"
     assert await pending.next(BOUND_S) == (b"last", False)
+
+
+@pytest.mark.parametrize("server_takes_grants", [True, False])
+async def test_a_tailing_consumer_tops_its_stream_up_or_against_an_older_server_renews_it(
+    jet_dev: JetDev, sent_apis: Counter[int], server_takes_grants: bool
+) -> None:
+    """At the tail, the consumer's stream is granted more answers as they are taken
+    (FetchStreamCredit, api 20): one stream for every message, none sent again after its
+    64th answer. Against a server whose Hello does not list api 20 (an older one), the
+    stream ends at its 64th answer and the next is sent: every message still comes once,
+    in order."""
+    count = 200
+    async with _tailing(jet_dev) as (consumer, producer):
+        conn = await consumer.client.leader_connection(consumer.streams[0], 0)
+        assert conn.serves(Api.FETCH_STREAM_CREDIT)
+        if not server_takes_grants:
+            apis = conn.server_info["apis"]
+            assert isinstance(apis, list)
+            conn.server_info["apis"] = [a for a in apis if a != Api.FETCH_STREAM_CREDIT]
+        opened = sent_apis[Api.FETCH_STREAM]
+        granted = conn.stream_controls[Api.FETCH_STREAM_CREDIT]
+        with anyio.fail_after(BOUND_S):
+            offsets = []
+            for i in range(count):
+                sent = await producer.send(b"%d" % i)
+                got = await consumer.fetch(timeout=BOUND_S)
+                assert [(m.value, m.offset) for m in got] == [(b"%d" % i, sent.offset)]
+                offsets.append(sent.offset)
+        assert offsets == list(range(offsets[0], offsets[0] + count))
+        opened = sent_apis[Api.FETCH_STREAM] - opened
+        granted = conn.stream_controls[Api.FETCH_STREAM_CREDIT] - granted
+        if server_takes_grants:
+            # At most the warm-up's stream (8 answers of 1 MiB) ends, and its tailing
+            # successor is topped up by 32 answers at a time.
+            assert opened <= 1
+            assert granted >= count // 32 - 1
+        else:
+            assert opened >= count // 64
+            assert granted == 0
+
+
+async def test_streams_granted_an_answer_at_a_time_still_give_every_record_once_in_order(
+    jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Streams of 2 tailing answers, granted one more per answer taken, while messages
+    come in bursts: grants race with the stream's last answers (some come after it was
+    decided: void, and the next stream is sent). Whichever way each stream ends, every
+    record comes once, in order."""
+    monkeypatch.setattr(fetch_source, "TAILING_RESPONSES", 2)
+    count = 300
+    async with _tailing(jet_dev) as (consumer, producer):
+        conn = await consumer.client.leader_connection(consumer.streams[0], 0)
+        granted = conn.stream_controls[Api.FETCH_STREAM_CREDIT]
+        with anyio.fail_after(BOUND_S):
+            first = -1
+            values: list[bytes] = []
+            offsets: list[int] = []
+
+            async def produce() -> None:
+                nonlocal first
+                for i in range(count):
+                    sent = await producer.send_soon(b"%d" % i)
+                    if i == 0:
+                        first = (await sent).offset
+                    elif i % 7 == 6:  # a burst of 7, then the next after its acks
+                        await sent
+                await producer.flush()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(produce)
+                while len(values) < count:
+                    for msg in await consumer.fetch(timeout=BOUND_S):
+                        values.append(msg.value)
+                        offsets.append(msg.offset)
+        assert values == [b"%d" % i for i in range(count)]
+        assert offsets == list(range(first, first + count))
+        assert conn.stream_controls[Api.FETCH_STREAM_CREDIT] - granted > 10

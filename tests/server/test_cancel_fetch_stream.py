@@ -112,11 +112,21 @@ async def test_a_stream_that_ended_cannot_be_cancelled(jet: Server) -> None:
         assert decode_cancel_fetch_stream_answer(answer.body) is False
 
 
-@pytest.mark.parametrize("body", [b"\x00\x00\x03", b"\x00\x00\x03\x84\x00"])
-async def test_a_malformed_cancel_is_malformed_frame_and_closes(jet: Server, body: bytes) -> None:
+@pytest.mark.parametrize(
+    ("api", "body"),
+    [
+        (Api.CANCEL_FETCH_STREAM, b"\x00\x00\x03"),
+        (Api.CANCEL_FETCH_STREAM, b"\x00\x00\x03\x84\x00"),
+        (Api.FETCH_STREAM_CREDIT, b"\x00\x00\x03\x84\x00\x00\x00"),  # (FetchStreamCredit)
+        (Api.FETCH_STREAM_CREDIT, b"\x00" * 9),
+    ],
+)
+async def test_a_malformed_cancel_or_grant_is_malformed_frame_and_closes(
+    jet: Server, api: Api, body: bytes
+) -> None:
     assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
-        await c.send_raw(encode_frame(Api.CANCEL_FETCH_STREAM, 7, body))
+        await c.send_raw(encode_frame(api, 7, body))
         frames = await c.wait_closed()
         assert [(f.correlation_id, decode_error(f.body).code) for f in frames] == [
             (7, ErrorCode.MALFORMED_FRAME)

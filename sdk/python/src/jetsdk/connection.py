@@ -27,6 +27,7 @@ or ``async with Connection(...)`` for standalone use).
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import anyio
@@ -35,7 +36,11 @@ import anyio.lowlevel
 
 from jetsdk.background import BackgroundTasks
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.fetch_stream import encode_cancel_fetch_stream
+from jetsdk.codec.fetch_stream import (
+    FetchStreamCredit,
+    encode_cancel_fetch_stream,
+    encode_fetch_stream_credit,
+)
 from jetsdk.codec.frames import (
     FLAG_ERROR,
     FLAG_MORE,
@@ -160,8 +165,9 @@ class Connection:
         self._side_tasks: anyio.abc.TaskGroup | None = None
         """Writes :meth:`run` does beside reading (a CancelFetchStream that could not be
         written at once); cancelled when the reader ends."""
-        self.streams_cancelled = 0
-        """CancelFetchStream requests written (:meth:`_end_stream`; tests, measurements)."""
+        self.stream_controls: Counter[int] = Counter()
+        """CancelFetchStream and FetchStreamCredit requests written, by api
+        (:meth:`_end_stream`, :meth:`grant_stream`; tests, measurements)."""
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -472,23 +478,40 @@ class Connection:
         (:meth:`send_nowait`), else by a background task of this connection. The answer is
         dropped; if the connection breaks first, the stream ended with it."""
         self._waiters.pop(cid, None)
-        if self.closed or not self.serves(Api.CANCEL_FETCH_STREAM):
-            return
-        body = encode_cancel_fetch_stream(cid)
-        pending = self.send_nowait(Api.CANCEL_FETCH_STREAM, body)
+        if not self.closed and self.serves(Api.CANCEL_FETCH_STREAM):
+            self._send_unanswered(Api.CANCEL_FETCH_STREAM, encode_cancel_fetch_stream(cid))
+
+    def grant_stream(self, stream: PendingStream, more: int) -> bool:
+        """Grant the open FetchStream ``stream`` ``more`` responses (FetchStreamCredit,
+        api 20): written as :meth:`_end_stream`'s cancel, its answer dropped (the stream's
+        end is told by its last response). False: not sent (the server's Hello does not
+        list api 20, the stream or the connection ended)."""
+        cid = stream.correlation_id
+        if self.closed or self._waiters.get(cid) is not stream:
+            return False
+        if not self.serves(Api.FETCH_STREAM_CREDIT):
+            return False
+        body = encode_fetch_stream_credit(FetchStreamCredit(cid, more))
+        self._send_unanswered(Api.FETCH_STREAM_CREDIT, body)
+        return True
+
+    def _send_unanswered(self, api: int, body: bytes) -> None:
+        """Write a stream's control request whose answer is dropped: at once where it can
+        be (:meth:`send_nowait`), else by a background task of this connection."""
+        pending = self.send_nowait(api, body)
         if pending is not None:
             self._waiters.pop(pending.correlation_id, None)
-            self.streams_cancelled += 1
+            self.stream_controls[api] += 1
         elif self._side_tasks is not None:
-            self._side_tasks.start_soon(self._send_cancel, body)
+            self._side_tasks.start_soon(self._send_control, api, body)
 
-    async def _send_cancel(self, body: bytes) -> None:
+    async def _send_control(self, api: int, body: bytes) -> None:
         try:
-            pending = await self.send(Api.CANCEL_FETCH_STREAM, body)
+            pending = await self.send(api, body)
         except JetError:
             return  # the connection broke or closed: its streams ended with it
         self._waiters.pop(pending.correlation_id, None)
-        self.streams_cancelled += 1
+        self.stream_controls[api] += 1
 
     def _fail(self, error: JetError) -> None:
         if self._closed_error is None:

@@ -14,7 +14,9 @@ raised as from :func:`fetch` and end the stream.
 The connection runs the answers one after the other in the request's task, which stays one
 request in flight for the stream's life; a closed connection cancels it. A CancelFetchStream
 (api 19) from its client calls :meth:`FetchStream.cancel`: the stream ends with an empty
-last answer (at once if it is parked: its wait is woken and ends).
+last answer (at once if it is parked: its wait is woken and ends). A FetchStreamCredit
+(api 20) calls :meth:`FetchStream.grant`: more answers before the last (its
+:attr:`~FetchStream.limit` moves), unless the last answer was decided already.
 """
 
 from __future__ import annotations
@@ -60,8 +62,12 @@ class FetchStream:
     """The idle wait, clamped to ``limits.max_fetch_wait_s``."""
     deadline: float
     """When the stream ends without records (monotonic clock)."""
+    limit: int = 0
+    """Answers it may give in all: the request's ``max_responses``, raised by grants."""
     answered: int = 0
     """Answers given so far."""
+    ended: bool = False
+    """Its last answer was decided (a grant comes too late)."""
     led_epoch: int | None = None
     """The leader epoch this server led the partition in at the first answer (None: a
     read replica's stream): a stream ends with NOT_LEADER once that leadership ended."""
@@ -93,7 +99,19 @@ class FetchStream:
             )
         idle_s = min(request.max_wait_ms / 1000, limits.max_fetch_wait_s)
         now = time.monotonic()
-        return cls(streams, limits, request, request.offset, idle_s, now + idle_s)
+        return cls(
+            streams, limits, request, request.offset, idle_s, now + idle_s, request.max_responses
+        )
+
+    def grant(self, more: int) -> int:
+        """FetchStreamCredit: ``more`` answers on top of those it may still give (at most
+        MAX_FETCH_STREAM_RESPONSES in all). Returns how many it may give now: 0 if its
+        last answer was decided already (or it was cancelled), the grant void."""
+        if self.ended or self.cancelled:
+            return 0
+        left = min(self.limit - self.answered + more, MAX_FETCH_STREAM_RESPONSES)
+        self.limit = self.answered + left
+        return left
 
     async def next_answer(self) -> tuple[FetchAnswer, bool]:
         """The next answer, and whether more answers follow it.
@@ -101,6 +119,15 @@ class FetchStream:
         Raises:
             ApiError: as :func:`jetserver.broker.fetch.fetch` (the stream ends).
         """
+        try:
+            answer, more = await self._next_answer()
+        except BaseException:
+            self.ended = True
+            raise
+        self.ended = not more
+        return answer, more
+
+    async def _next_answer(self) -> tuple[FetchAnswer, bool]:
         req = self.request
         for _ in range(EARLY_EMPTY_ROUNDS):
             if self.cancelled:
@@ -136,7 +163,7 @@ class FetchStream:
             return answer, False
         self.offset = records.next_offset
         self.deadline = time.monotonic() + self.idle_s
-        return answer, self.answered < req.max_responses
+        return answer, self.answered < self.limit
 
     async def next_tail(self, api: int, correlation_id: int) -> tuple[bytes, bool] | None:
         """The next answer in one step in the common case: a server alone (the replica
@@ -176,7 +203,8 @@ class FetchStream:
         records, self.offset = tail
         self.answered += 1
         self.deadline = time.monotonic() + self.idle_s
-        more = self.answered < self.request.max_responses
+        more = self.answered < self.limit
+        self.ended = not more
         flags = _MORE if more else FLAG_RESPONSE
         hw, start, leo = log.high_watermark, log.log_start_offset, log.log_end_offset
         return encode_fetch_records_frame(api, correlation_id, flags, hw, start, leo, records), more
@@ -245,7 +273,7 @@ class FetchStream:
         hw, start, leo = log.ends()  # (the read below, in this step, changes none of them)
         if hw <= offset:
             return True  # a wake-up for nothing new
-        if self.answered + 1 >= self.request.max_responses:
+        if self.answered + 1 >= self.limit:
             return False  # the last answer: the task's
         tail = log.read_tail(offset, max_bytes)
         if tail is None:

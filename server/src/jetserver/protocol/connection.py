@@ -64,7 +64,7 @@ _ERROR_FLAGS = FLAG_RESPONSE | FLAG_ERROR
 _PRODUCE = int(Api.PRODUCE)
 _PRODUCE_MANY = int(Api.PRODUCE_MANY)
 _FETCH_STREAM = int(Api.FETCH_STREAM)
-_CANCEL_FETCH_STREAM = int(Api.CANCEL_FETCH_STREAM)
+_STREAM_CONTROLS = stream_control.APIS  # CancelFetchStream, FetchStreamCredit
 _REPLICA_FETCH = int(Api.REPLICA_FETCH)
 HEAD_READ_BYTES = 4096
 """Bytes asked for by the read after a frame's body was read in place (one of RECV_BYTES
@@ -110,7 +110,7 @@ class AcceptedConnection:
     _streaming: set[asyncio.Task[None]] = attrs.field(factory=set)
     """Requests writing their replies after the first (FetchStream)."""
     _stream_controls: dict[int, StreamControl] = attrs.field(factory=dict)
-    """The FetchStream requests in flight by correlation id: what ends each (Cancel)."""
+    """The FetchStream requests in flight by correlation id: what ends or tops up each."""
     _corked: list[bytes] | None = None  # write_now's frames held for one send (_cork)
     _uncork_soon: asyncio.Handle | None = None  # the next turn's _uncork of the last _cork
     _ended: bool = False
@@ -379,8 +379,8 @@ class AcceptedConnection:
                 stream_control.CURRENT.set(control)
                 ANSWER_NOW.set(functools.partial(self.write_now, hop="resp.fetch_stream"))
                 reply = await self.handler(frame)
-            elif api == _CANCEL_FETCH_STREAM:
-                reply = stream_control.cancel_stream(frame, self._stream_controls)
+            elif api in _STREAM_CONTROLS:
+                reply = stream_control.control_stream(frame, self._stream_controls)
             else:
                 corked = api == _PRODUCE and self._cork()
                 if api == _PRODUCE:

@@ -446,8 +446,8 @@ class Dispatcher:
         req = decode_fetch_stream_request(frame.body)
         stream = FetchStream.open(self.streams, self.config.limits, req)
         control = stream_control.CURRENT.get()
-        if control is not None:  # CancelFetchStream on its connection ends it
-            control.attach(stream.cancel)
+        if control is not None:  # Cancel/FetchStreamCredit on its connection end/top it up
+            control.attach(stream.cancel, stream.grant)
         write_now = ANSWER_NOW.get()
         if write_now is not None:  # tailing answers from the commit's turn (next_tail)
             stream.push = partial(self._push_stream_answer, write_now, stream)

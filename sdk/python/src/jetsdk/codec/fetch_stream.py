@@ -1,6 +1,7 @@
 """FetchStream (api 18): one Fetch request answered by several responses
 (spec/protocol.md, "18 FetchStream"); CancelFetchStream (api 19) ends one early
-("19 CancelFetchStream").
+("19 CancelFetchStream"); FetchStreamCredit (api 20) grants an open one more responses
+("20 FetchStreamCredit").
 
 The request is a consumer Fetch's fields (no ``replica_id``) and ``max_responses``; each
 response is a Fetch response body (:func:`jetsdk.codec.messages.decode_fetch_response`),
@@ -25,6 +26,8 @@ INVALID_ARGUMENT)."""
 _REQ = struct.Struct(">IqIII")  # partition, offset, max_bytes, max_wait_ms, max_responses
 _CANCEL = struct.Struct(">I")  # the stream's correlation id
 _CANCEL_ANSWER = struct.Struct(">B")  # 1: the stream was open and is ended; 0: none was
+_CREDIT = struct.Struct(">II")  # the stream's correlation id, more responses
+_CREDIT_ANSWER = struct.Struct(">I")  # responses the stream may still send; 0: none open
 
 
 @attrs.frozen
@@ -118,6 +121,64 @@ def decode_cancel_fetch_stream_answer(body: bytes | bytearray | memoryview) -> b
     if value not in (0, 1):
         raise CodecError(f"cancel fetch stream response: bad value {value}", reason="malformed")
     return value == 1
+
+
+@attrs.frozen
+class FetchStreamCredit:
+    """Body of a FetchStreamCredit request: more responses for an open FetchStream."""
+
+    correlation_id: int
+    """The correlation id of the FetchStream request (on the same connection)."""
+    more_responses: int
+    """Responses granted on top of those the stream may still send (1 to
+    MAX_FETCH_STREAM_RESPONSES; the server answers others with INVALID_ARGUMENT)."""
+
+
+def encode_fetch_stream_credit(credit: FetchStreamCredit) -> bytes:
+    """Encode a FetchStreamCredit request body.
+
+    Raises:
+        CodecError: a field is not a u32 (reason ``"limit"``).
+    """
+    try:
+        return _CREDIT.pack(credit.correlation_id, credit.more_responses)
+    except struct.error as exc:
+        raise CodecError(f"fetch stream credit out of range: {exc}", reason="limit") from None
+
+
+def decode_fetch_stream_credit(body: bytes | bytearray | memoryview) -> FetchStreamCredit:
+    """Decode a FetchStreamCredit request body (``more_responses`` is not range-checked
+    here: the server answers a bad count with INVALID_ARGUMENT, not MALFORMED_FRAME).
+
+    Raises:
+        CodecError: truncated or trailing bytes.
+    """
+    what = "fetch stream credit request"
+    try:
+        w.need(body, 0, _CREDIT.size, what)
+        w.check_end(body, _CREDIT.size, what)
+        return FetchStreamCredit(*_CREDIT.unpack_from(body, 0))
+    except w.DECODE_ERRORS as exc:
+        raise w.convert(exc, what) from None
+
+
+def encode_fetch_stream_credit_answer(remaining: int) -> bytes:
+    """Encode a FetchStreamCredit response body: the responses the stream may still send
+    after the grant (0: no such stream was in flight, the grant is void)."""
+    return _CREDIT_ANSWER.pack(remaining)
+
+
+def decode_fetch_stream_credit_answer(body: bytes | bytearray | memoryview) -> int:
+    """Decode a FetchStreamCredit response body.
+
+    Raises:
+        CodecError: truncated or trailing bytes, or a count above
+            MAX_FETCH_STREAM_RESPONSES.
+    """
+    value = _decode_one(body, _CREDIT_ANSWER, "fetch stream credit response")
+    if value > MAX_FETCH_STREAM_RESPONSES:
+        raise CodecError(f"fetch stream credit response: bad count {value}", reason="malformed")
+    return value
 
 
 def _decode_one(body: bytes | bytearray | memoryview, shape: struct.Struct, what: str) -> int:

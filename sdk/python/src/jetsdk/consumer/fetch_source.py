@@ -18,6 +18,15 @@ connection receives ahead of the application stays within it; should it not (a r
 larger than the answers' bound), the stream stops by itself there and the rest of its
 answers are dropped as they arrive.
 
+A tailing stream (its answers small) is topped up rather than sent again: where the
+server's Hello lists api 20, once half of its answers were taken it is granted as many
+more (FetchStreamCredit, :meth:`jetsdk.connection.Connection.grant_stream`), so it goes on
+without a gap between its last answer and the next request's arrival (a message committed
+in that gap waited for a round trip and a fresh request's Fetch path). It stays within the
+same bound: only answers taken are granted again. Against an older server, a stream that
+is not tailing, or a grant that came too late (its last answer decided), the stream ends
+at its last answer and :meth:`FetchSource.next` opens the next.
+
 Read replicas (``read_replicas``) and servers whose Hello does not list api 18 get Fetch.
 """
 
@@ -36,6 +45,7 @@ from jetsdk.codec.fetch_stream import (
 )
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import FetchResponseHeader
+from jetsdk.connection import Connection
 from jetsdk.errors import JetError
 from jetsdk.group.stream_partition import StreamPartition
 from jetsdk.pending_stream import Body, PendingStream
@@ -92,8 +102,18 @@ class FetchSource:
     """The offset :meth:`next` was asked for (the messages of an error taken now)."""
     _stale: bool = False
     """The last error said the leader may have moved: refresh the metadata first."""
+    _conn: Connection | None = None
+    """The open stream's connection."""
+    _responses: int = 0
+    """The answers the open stream asked for (its credit)."""
+    _granting: bool = False
+    """The open stream is a tailing one and its server takes grants (api 20)."""
+    _ungranted: int = 0
+    """Answers of the open stream taken since it was sent or last granted more."""
     streams_opened: int = 0
     """FetchStream requests sent (tests and measurements)."""
+    grants: int = 0
+    """FetchStreamCredit requests sent (tests and measurements)."""
 
     @property
     def streaming(self) -> bool:
@@ -144,6 +164,8 @@ class FetchSource:
             self._pending = None
         header, raw = decode_fetch_answer(body, stream, partition, offset)
         self._tailing = header.records_len < self._answer_bytes // 2 and not pending.cut
+        if more:
+            self._took(pending)
         return header, raw
 
     def _take_now(self, body: Body) -> bool:
@@ -154,9 +176,24 @@ class FetchSource:
         try:
             header, raw = decode_fetch_answer(body, *self.key, self._offset)
             self._tailing = header.records_len < self._answer_bytes // 2
-            return self.take(header, raw)
+            if not self.take(header, raw):
+                return False
         except Exception:
             return False
+        if self._pending is not None:  # (on_answer is set only while it is open)
+            self._took(self._pending)
+        return True
+
+    def _took(self, pending: PendingStream) -> None:
+        """An answer of the open stream was taken and more follow: once half its credit
+        was taken, grant as many more while it is a tailing stream (module doc)."""
+        self._ungranted += 1
+        if self._ungranted * 2 < self._responses or not (self._granting and self._tailing):
+            return
+        assert self._conn is not None
+        if self._conn.grant_stream(pending, self._ungranted):
+            self._ungranted = 0
+            self.grants += 1
 
     async def _open(self, offset: int, max_bytes: int) -> PendingStream | None:
         """Send a FetchStream from ``offset``; None if the leader does not serve it."""
@@ -175,6 +212,8 @@ class FetchSource:
             Api.FETCH_STREAM, body, max_buffered_bytes=STREAM_BUFFER_BYTES
         )
         self._limit, self._answer_bytes = max_bytes, answer_bytes
+        self._conn, self._responses, self._ungranted = conn, responses, 0
+        self._granting = self._tailing and conn.serves(Api.FETCH_STREAM_CREDIT)
         self.streams_opened += 1
         return self._pending
 
