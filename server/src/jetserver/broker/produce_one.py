@@ -81,6 +81,14 @@ def _answer(
     return encode_produce_result_tuples([result])
 
 
+def _bound(replica: PartitionReplica, at_commit: AnswerAtCommit, timeout_s: float) -> None:
+    """Arm the request's timeout on the ALL answer its commit owes (appended, pending):
+    TIMEOUT then if no commit came (:meth:`AnswerAtCommit.expire`; an fsync that never
+    returns holds its commit, not its answer)."""
+    loop = replica.committer.running_loop()
+    at_commit.timer = loop.call_later(timeout_s, at_commit.expire)
+
+
 @functools.lru_cache(maxsize=PARTITION_SUBJECTS_CACHED)
 def partition_subject_of(stream_subject: str, partition: int) -> tuple[str, bool]:
     """The subject of ``partition`` of a stream on ``stream_subject``, and whether it has
@@ -253,7 +261,10 @@ class OneProduce:
             if result is None:
                 return None
             replica.committer.soon().after_commit(None)  # (the fsync left to it, if any)
-            return _answer(record, result, at_commit), None
+            response = _answer(record, result, at_commit)
+            if at_commit is not None and not response and not at_commit.sent:
+                _bound(replica, at_commit, timeout_s)
+            return response, None
         if not self.backlog.admits(len(payload)):
             return None
         failures = replica.sync_failures
@@ -264,6 +275,8 @@ class OneProduce:
         offset = result[1]
         if offset < 0 or result[0] != _NONE:
             return response, None
+        if at_commit is not None and not at_commit.sent:
+            _bound(replica, at_commit, timeout_s)
         if at_commit is None:
             return response, self._copy(
                 replica, (subject, payload), offset + 1, failures, timeout_s
