@@ -185,4 +185,5 @@ async def test_the_one_step_path_sees_each_update_of_the_stream(
     assert [r.value for r in stored] == [b"on" * 60, b"off", b"back-on"]
     assert len(seen.msgs) == 2  # the first and the last: none of "off"
     assert b"on" * 60 in seen.msgs[0].data
-    assert taken[:2] == [True, True] and taken[3] is True  # the one-step path, each time
+    assert taken[:2] == [True, True]  # the one-step path, each time
+    assert taken[3] is True
