@@ -23,6 +23,7 @@ from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import ProduceMessage
 from jetsdk.errors import InvalidArgument
+from jetserver.broker.produce_one import OneProduce
 from jetserver.broker.stored_copy import STORED_HEADER
 from jetserver.server import Server
 from jetserver.testing import nats_flushed
@@ -144,3 +145,46 @@ async def test_the_setting_needs_one_replica_and_no_group(jet: Server) -> None:
         with pytest.raises(InvalidArgument) as sdk_err:
             await client.create_stream("r3", replication_factor=3, no_nats_copies=True)
         assert sdk_err.value.field == "no_nats_copies"
+
+
+async def test_the_one_step_path_sees_each_update_of_the_stream(
+    jet: Server, nc: NatsClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-step path (broker/produce_one.py) keeps what it checked of a partition for
+    the stream's metadata (broker/one_target.py, on the replica): the next message after
+    each update must follow it. One message at a time, ack LEADER: each takes that path."""
+    taken: list[bool] = []
+    real = OneProduce.serve_now
+
+    def counting(obj: OneProduce, *args: Any) -> Any:
+        out = real(obj, *args)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(OneProduce, "serve_now", counting)
+    seen = _Seen(b"back-on")
+    await nc.subscribe("u.x", cb=seen.on_msg)
+    await nc.flush()
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="u", subject="u.x", max_message_bytes=200)
+        answers = [await c.produce("u", 0, [ProduceMessage(b"on" * 60)])]
+        await _update(c, "u", {"no_nats_copies": True})
+        answers.append(await c.produce("u", 0, [ProduceMessage(b"off")]))
+        await _update(c, "u", {"max_message_bytes": 100})
+        answers.append(await c.produce("u", 0, [ProduceMessage(b"over" * 30)]))
+        await _update(c, "u", {"no_nats_copies": False})
+        answers.append(await c.produce("u", 0, [ProduceMessage(b"back-on")]))
+        with anyio.fail_after(WAIT_S):
+            await seen.got_last.wait()
+        stored = await c.collect("u", 0, 3)
+    assert [[(r.error_code, r.offset) for r in a] for a in answers] == [
+        [(ErrorCode.NONE, 0)],
+        [(ErrorCode.NONE, 1)],
+        [(ErrorCode.MESSAGE_TOO_LARGE, -1)],
+        [(ErrorCode.NONE, 2)],
+    ]
+    assert [r.value for r in stored] == [b"on" * 60, b"off", b"back-on"]
+    assert len(seen.msgs) == 2  # the first and the last: none of "off"
+    assert b"on" * 60 in seen.msgs[0].data
+    assert taken[:2] == [True, True]  # the one-step path, each time
+    assert taken[3] is True

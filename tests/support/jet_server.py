@@ -90,11 +90,13 @@ def gated_server_process(
     tmp_path: Path,
     *args: str,
     settings: Mapping[str, Mapping[str, Any]] | None = None,
+    match: str = "/streams/",
 ) -> Iterator[tuple[FsyncGate, JetServer]]:
     """A `jet server` (:func:`start_server_process`, data in ``tmp_path / "data"``) whose
     syncs of stream files wait while the gate is closed (the fsync shim: the test takes the
-    ``fsync_shim`` fixture); at the end the gate is opened and the server stopped (exit 0)."""
-    gate = FsyncGate(tmp_path / "gate", match="/streams/")
+    ``fsync_shim`` fixture; ``match``: of the files whose path has it, e.g. one stream's
+    ``"/streams/<name>-"``); at the end the gate is opened and the server stopped (exit 0)."""
+    gate = FsyncGate(tmp_path / "gate", match=match)
     data_dir = tmp_path / "data"
     with stopping(
         start_server_process(nats_url, data_dir, *args, env=gate.env(), settings=settings)

@@ -42,6 +42,11 @@ class CopyTurns:
         self._taken = turn + 1
         return turn
 
+    def all_finished(self) -> bool:
+        """True if every turn taken is finished: a copy that goes now, in the step that
+        appended its record, is in order without a turn of its own."""
+        return self._taken == self._done
+
     def is_next(self, turn: int) -> bool:
         """True if every turn before ``turn`` is finished."""
         return turn == self._done

@@ -13,6 +13,7 @@ Task safety: event loop thread only.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple, Protocol, cast
@@ -168,20 +169,37 @@ class AnswerAtCommit:
     """The completion of a one-message request with an ALL ack answered with no task
     (broker/produce_one.py): its answer written by the turn that settles it, the commit
     (the fsync's end, heard in the loop's I/O phase) or the cut that fails it, as the
-    replica core releases its other pending ALL acks."""
+    replica core releases its other pending ALL acks; or, if none came by the request's
+    timeout (an fsync that does not return: a hung disk), TIMEOUT by :meth:`expire`
+    (its :attr:`timer`), as the general path answers a wait that timed out."""
 
     write: Callable[[bytes], None]
     """Frames and sends the response body (must not raise)."""
     sent: bool = False
+    timer: asyncio.TimerHandle | None = None
+    """The loop timer of :meth:`expire` (None: none armed, or it ran)."""
 
     def settle(self, index: int, code: int, offset: int, timestamp: int) -> None:
         """Write the answer of the request's one message (once; ``index`` is 0)."""
         if self.sent:
             return
         self.sent = True
+        timer = self.timer
+        if timer is not None:
+            self.timer = None
+            timer.cancel()
         if hops.ENABLED:
             hops.mark("acked")
         self.write(encode_produce_result_tuples([(code, offset, timestamp)]))
+
+    def expire(self) -> None:
+        """The request's timeout passed before its commit: answered TIMEOUT (retriable;
+        the record may still be committed, and then stays stored: nothing was
+        acknowledged). A later commit or cut finds it answered."""
+        self.timer = None
+        if not self.sent:
+            self.sent = True
+            self.write(encode_produce_result_tuples([TIMEOUT]))
 
 
 class DirectAckTo(NamedTuple):

@@ -240,6 +240,24 @@ class DirectCopies:
             self.backlog.release(ticket.size)
             turns.finish(turn, overtake=not in_turn)
 
+    def send_alone(
+        self, replica: PartitionReplica, message: tuple[str, EnvelopeBytes], failures: int
+    ) -> bool:
+        """Publish the copy of a request answered already whose one record its own step
+        appended and committed (durability ``written``: the caller saw the HW past it),
+        with no turn or ticket: written to the NATS socket now if no earlier
+        copy of the partition is waiting (every turn finished), the backlog admitted its
+        size (the caller saw :meth:`CopyBacklog.admits` before the append: nothing waits
+        in line) and no fsync failed since ``failures``. True: written; False: nothing
+        done (the caller takes a turn and a ticket and goes on as :meth:`send_now`)."""
+        committer = replica.committer
+        if not committer.copy_turns.all_finished() or committer.sync_failures != failures:
+            return False
+        subject, payload = message
+        return self.link.send_stored_copy(
+            subject, payload, _header_block(replica.stream, replica.partition), replica
+        )
+
     def send_now(
         self,
         replica: PartitionReplica,

@@ -59,6 +59,7 @@ from jetserver.broker.direct import DirectBatch
 from jetserver.broker.ingest_side import Intake
 from jetserver.broker.lifecycle import Lifecycle
 from jetserver.broker.nats_port import SkipMarked
+from jetserver.broker.one_target import OneTarget
 from jetserver.broker.part_tasks import PartTasks
 from jetserver.broker.replica_base import ReplicaBase
 from jetserver.broker.replica_news import NewsWaker, ReplicaNews
@@ -136,6 +137,9 @@ class PartitionReplica:
     """The leader's side of replica fetches."""
     roles: RoleDriver = attrs.field(init=False)
     """Assignments and the role's tasks."""
+    one_target: OneTarget | None = attrs.field(init=False, default=None)
+    """What the one-step Produce path checked of it for its stream's current metadata
+    (broker/one_target.py; None: not yet, or found for other metadata)."""
     _checkpointed_hw: int = attrs.field(init=False, default=-1)
 
     def __repr__(self) -> str:

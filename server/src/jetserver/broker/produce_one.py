@@ -39,10 +39,12 @@ from jetserver.broker.copy_backlog import CopyBacklog, CopyTicket
 from jetserver.broker.direct import AnswerAtCommit, DirectAckTo
 from jetserver.broker.direct_copies import After, Copies, DirectCopies
 from jetserver.broker.nats_port import NatsPort
+from jetserver.broker.one_target import OneTarget
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
 from jetserver.config.server import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument, partition_not_found
+from jetserver.metadata.model import StreamMeta
 from jetserver.metadata.reserved import is_internal
 from jetserver.metadata.validate import (
     has_wildcard,
@@ -77,6 +79,14 @@ def _answer(
     if at_commit is not None and result[0] == _NONE and result[1] >= 0:
         return b""
     return encode_produce_result_tuples([result])
+
+
+def _bound(replica: PartitionReplica, at_commit: AnswerAtCommit, timeout_s: float) -> None:
+    """Arm the request's timeout on the ALL answer its commit owes (appended, pending):
+    TIMEOUT then if no commit came (:meth:`AnswerAtCommit.expire`; an fsync that never
+    returns holds its commit, not its answer)."""
+    loop = replica.committer.running_loop()
+    at_commit.timer = loop.call_later(timeout_s, at_commit.expire)
 
 
 @functools.lru_cache(maxsize=PARTITION_SUBJECTS_CACHED)
@@ -251,35 +261,29 @@ class OneProduce:
             if result is None:
                 return None
             replica.committer.soon().after_commit(None)  # (the fsync left to it, if any)
-            return _answer(record, result, at_commit), None
-        backlog = self.backlog
-        if not backlog.admits(len(payload)):
+            response = _answer(record, result, at_commit)
+            if at_commit is not None and not response and not at_commit.sent:
+                _bound(replica, at_commit, timeout_s)
+            return response, None
+        if not self.backlog.admits(len(payload)):
             return None
         failures = replica.sync_failures
-        turns = replica.committer.copy_turns
-        turn = turns.take()
-        ticket = backlog.enter(len(payload))
-        result = None
-        try:
-            result = replica.intake.append_one(subject, record, to)
-        finally:
-            if result is None or result[0] != _NONE or result[1] < 0:  # no copy
-                backlog.leave(ticket)
-                turns.finish(turn)
+        result = replica.intake.append_one(subject, record, to)
         if result is None:
             return None
         response = _answer(record, result, at_commit)
         offset = result[1]
         if offset < 0 or result[0] != _NONE:
             return response, None
-        message = (subject, payload)
+        if at_commit is not None and not at_commit.sent:
+            _bound(replica, at_commit, timeout_s)
         if at_commit is None:
             return response, self._copy(
-                replica, message, offset + 1, failures, timeout_s, turn, ticket
+                replica, (subject, payload), offset + 1, failures, timeout_s
             )
         try:  # (appended: its commit answers it, the one answer, whatever its copy does)
             return response, self._copy(
-                replica, message, offset + 1, failures, timeout_s, turn, ticket
+                replica, (subject, payload), offset + 1, failures, timeout_s
             )
         except Exception:
             log.exception("a Produce's NATS copy failed", extra=replica.base.fields())
@@ -292,29 +296,30 @@ class OneProduce:
         end: int,
         failures: int,
         timeout_s: float,
-        turn: int,
-        ticket: CopyTicket,
     ) -> After | None:
-        """The NATS copy of a message :meth:`serve_now` appended: sent now if it may, or
-        from its commit (CommitSoon), or the after-work returned."""
-        sent = self.copies.send_now(replica, message, end, failures, turn, ticket)
-        if sent is True:
+        """The NATS copy of a message :meth:`serve_now` appended below ``end`` in this
+        step (after the backlog admitted its size): sent now if it may (committed, no
+        earlier copy of the partition waiting: no turn or ticket taken,
+        :meth:`DirectCopies.send_alone`), or from its commit (CommitSoon), or the
+        after-work returned. Its turn and ticket are taken here, after the append: in
+        this same step, so in append order (nothing else appended in between)."""
+        copies = self.copies
+        committed = replica.log.high_watermark >= end
+        if committed and copies.send_alone(replica, message, failures):
             return None
-        if sent is False:  # not committed yet (durability flushed): after the fsync
-            replica.committer.soon().after_commit(
-                functools.partial(
-                    self.copies.copy_committed,
-                    replica,
-                    message,
-                    end,
-                    failures,
-                    timeout_s,
-                    turn,
-                    ticket,
-                )
+        turn = replica.committer.copy_turns.take()
+        ticket = self.backlog.enter(len(message[1]))
+        if committed:
+            sent = copies.send_now(replica, message, end, failures, turn, ticket)
+            if sent is not False:
+                return None if sent is True else sent
+        # Not committed yet (durability flushed): after the fsync, from its commit.
+        replica.committer.soon().after_commit(
+            functools.partial(
+                copies.copy_committed, replica, message, end, failures, timeout_s, turn, ticket
             )
-            return None
-        return sent
+        )
+        return None
 
     def _let_in(
         self,
@@ -375,7 +380,9 @@ class OneProduce:
     ) -> tuple[PartitionReplica, str, EnvelopeBytes | None] | None:
         """The general path's checks of a request of one message with a LEADER ack: the
         replica, the subject (the partition's if none), the NATS copy (None:
-        no_nats_copies); None for the general path.
+        no_nats_copies); None for the general path. What depends only on the stream's
+        metadata is checked once per change of it (:meth:`_target`, kept on the
+        replica: broker/one_target.py); the message and the replica's state, each time.
 
         Raises:
             ApiError: as the general path.
@@ -384,31 +391,62 @@ class OneProduce:
         if replica is None or replica.replication_factor != 1:
             return None
         sequencer = replica.sequencer
-        if not (sequencer.idle and sequencer.has_room and replica.takes_direct(record.policy)):
-            return None
-        if is_internal(stream):
+        if not (
+            sequencer.idle and sequencer.has_room and replica.intake.takes_direct(record.policy)
+        ):
             return None
         meta = self.streams.stream(stream)
-        spec = meta.spec
-        if not 0 <= partition < spec.partitions:
-            raise partition_not_found(stream, partition, spec.partitions)
-        offline = self.streams.offline
-        if offline.reasons:  # (none offline: no call)
-            offline.check(stream, partition)
-        leader = self.streams.lookup.leader_replica(stream, partition)  # (no forwarding call)
-        if leader is not None and leader is not replica:
-            return None  # the general path answers (or refuses) it
-        psubj, wildcard = partition_subject_of(spec.subject, partition)
-        if wildcard or subject:  # (no subject, none needed: nothing to check)
-            check_subjects(psubj, wildcard, [(subject, size, payload)])
+        target = replica.one_target
+        if target is None or target.meta is not meta:
+            target = self._target(stream, partition, replica, meta)
+            if target is None:
+                return None
+        else:
+            offline = self.streams.offline
+            if offline.reasons:  # (none offline: no call)
+                offline.check(stream, partition)
+        psubj = target.subject
+        if target.wildcard or subject:  # (no subject, none needed: nothing to check)
+            check_subjects(psubj, target.wildcard, [(subject, size, payload)])
         link = self.link
         if not link.connected:
             raise link_down()
         max_payload = link.max_payload
         if (
-            size > (spec.max_message_bytes or self.limits.max_message_bytes)
+            size > target.max_bytes
             or (max_payload and len(payload) > max_payload)
             or record.controls is not None
         ):
             return None  # the general path answers (or refuses) it
-        return replica, subject or psubj, None if spec.no_nats_copies else payload
+        return replica, subject or psubj, payload if target.copies else None
+
+    def _target(
+        self, stream: str, partition: int, replica: PartitionReplica, meta: StreamMeta
+    ) -> OneTarget | None:
+        """:meth:`_check_one`'s checks of ``replica`` that depend only on the stream's
+        metadata ``meta`` (and the server's settings), kept on the replica for it; None
+        (nothing kept) for the general path.
+
+        Raises:
+            ApiError: as the general path (the partition missing, offline, led elsewhere).
+        """
+        if is_internal(stream):
+            return None
+        spec = meta.spec
+        if not 0 <= partition < spec.partitions:
+            raise partition_not_found(stream, partition, spec.partitions)
+        offline = self.streams.offline
+        if offline.reasons:
+            offline.check(stream, partition)
+        leader = self.streams.lookup.leader_replica(stream, partition)  # (no forwarding call)
+        if leader is not None and leader is not replica:
+            return None  # the general path answers (or refuses) it
+        psubj, wildcard = partition_subject_of(spec.subject, partition)
+        target = replica.one_target = OneTarget(
+            meta,
+            psubj,
+            wildcard,
+            spec.max_message_bytes or self.limits.max_message_bytes,
+            not spec.no_nats_copies,
+        )
+        return target
