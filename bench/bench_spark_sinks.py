@@ -64,15 +64,11 @@ def sink_rates(
     rows = _rows(spark, count, value_bytes)
     empty = rows.limit(0).cache()
     empty.count()
-    produce: list[float] = []
-    foreach: list[float] = []
-    write: list[float] = []
-    foreach_cpu: list[Cpu] = []
-    write_cpu: list[Cpu] = []
-    start: list[float] = []
-    arrow: list[float] = []
+    # Rates (rows/s) of the Producer and the sinks; seconds of the stages' calls.
+    t: dict[str, list[float]] = {k: [] for k in ("produce", "fb", "ds", "start", "arrow")}
+    cpu: dict[str, list[Cpu]] = {"fb": [], "ds": []}
     for r in range(rounds):
-        produce.append(
+        t["produce"].append(
             count / anyio.run(_produce, servers, f"bench-p-{tag}-{r}", count, value_bytes)
         )
         for name in ("fb", "ds", "fbe"):
@@ -80,34 +76,34 @@ def sink_rates(
         sink = jetspark.foreach_batch_sink(joined, f"bench-fb-{tag}-{r}", name="bench")
         if stages:
             nothing = jetspark.foreach_batch_sink(joined, f"bench-fbe-{tag}-{r}", name="bench")
-            start.append(_timed(lambda nothing=nothing, r=r: nothing(empty, r)))
-            arrow.append(_timed(lambda: _arrow_only(rows)))
+            t["start"].append(_timed(lambda nothing=nothing, r=r: nothing(empty, r)))
+            t["arrow"].append(_timed(lambda: _arrow_only(rows)))
         seconds, c = _timed_cpu(spark, lambda sink=sink, r=r: sink(rows, r))
-        foreach.append(count / seconds)
-        foreach_cpu.append(c)
+        t["fb"].append(count / seconds)
+        cpu["fb"].append(c)
         seconds, c = _timed_cpu(spark, lambda r=r: _write(rows, joined, f"bench-ds-{tag}-{r}"))
-        write.append(count / seconds)
-        write_cpu.append(c)
+        t["ds"].append(count / seconds)
+        cpu["ds"].append(c)
         for stream in (f"bench-fb-{tag}-{r}", f"bench-ds-{tag}-{r}"):
             stored = anyio.run(_count, servers, stream)
             if stored != count:
                 raise RuntimeError(f"{stream} holds {stored} records, not {count}")
     rows.unpersist()
     empty.unpersist()
-    base_write = statistics.median(produce)
+    base_write = statistics.median(t["produce"])
     print(f"sink (rows/s stored, ack ALL), {count:,} rows")
-    _ratio_line("jetsdk Producer (baseline)", produce, None, None)
-    _ratio_line("foreach_batch_sink (exactly-once)", foreach, base_write, FOREACH_TARGET)
-    _cpu_line("CPU of a foreach_batch_sink call", foreach_cpu, count)
-    _ratio_line('df.write.format("jetstream")', write, base_write, WRITE_TARGET)
-    _cpu_line("CPU of a df.write", write_cpu, count)
+    _ratio_line("jetsdk Producer (baseline)", t["produce"], None, None)
+    _ratio_line("foreach_batch_sink (exactly-once)", t["fb"], base_write, FOREACH_TARGET)
+    _cpu_line("CPU of a foreach_batch_sink call", cpu["fb"], count)
+    _ratio_line('df.write.format("jetstream")', t["ds"], base_write, WRITE_TARGET)
+    _cpu_line("CPU of a df.write", cpu["ds"], count)
     if stages:
-        call = [count / rate for rate in foreach]
+        call = [count / rate for rate in t["fb"]]
         print("  foreach_batch_sink's stages (median of the rounds' calls):")
-        _ms_line("  Spark's job start (an empty call)", start)
-        _ms_line("  + the Arrow stream to the workers (a counting mapInArrow)", arrow)
+        _ms_line("  Spark's job start (an empty call)", t["start"])
+        _ms_line("  + the Arrow stream to the workers (a counting mapInArrow)", t["arrow"])
         _ms_line("  + the sort and the send with ack ALL (the sink's call)", call)
-        _ms_line("  the Producer's send of the same rows", [count / p for p in produce])
-        ours = statistics.median(call) - statistics.median(arrow)
-        theirs = statistics.median(arrow)
+        _ms_line("  the Producer's send of the same rows", [count / p for p in t["produce"]])
+        ours = statistics.median(call) - statistics.median(t["arrow"])
+        theirs = statistics.median(t["arrow"])
         print(f"  Spark's part {theirs:.2f} s, the sink's own {ours:.2f} s of the call")
