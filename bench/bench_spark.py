@@ -275,7 +275,13 @@ and 0.74x (1.20 s); full collections in 2 of 12 queries (both at 8 MiB answers).
 without kept buffers (load 28-39, 4 rounds) had been worse: 0.47x against 0.92x, 1.75
 against 1.21 CPU-s, its three buffers a task new each time. /tmp/base26 (e1b6d0ab) against
 this tree, one process each, alternating, 3 rounds each (load 39-48): 0.92x both, the JVM
-1.50 against 1.41 CPU-s a query (medians). Not confirmed on a quiet machine.
+1.50 against 1.41 CPU-s a query (medians). Again in one session (this tree, 3 rounds, load
+35-39, the Consumer 9.42 s): readAhead 1.02x (1.37 CPU-s), without 0.73x (1.45 CPU-s); one
+query without it had a full collection of 2.95 s. Not confirmed on a quiet machine. What
+is left is mostly the collector (young collections 0.3-1.6 s a query at 330 MB of values
+copied once by the reader and again by Spark, and the full ones) and Spark's batch: next,
+the JVM's heap and young generation in ``jetspark.demo.local_spark`` (SerialGC, 1 GiB
+driver), and the CRC checks moved to the read-ahead thread (0.07-0.30 s a task).
 
 The sinks at both row counts (session 26, helper spark): part ``16384`` now runs the sinks
 at :attr:`Scale.large_count` and at :attr:`Scale.source_count` rows (2,000 and 20,000 with
