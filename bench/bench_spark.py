@@ -252,9 +252,60 @@ TLS: the JVM reader takes the Python source's TLS options now (tls, tlsCa, tlsCe
 tlsKey, tlsServerHostname; ``jet.spark.JetTls``): ``source_format`` no longer sends a TLS
 read to the Python reader.
 
+Session 26 (2026-12-01 01:50-03:40, helper spark; the load was 13-48 throughout, eight
+sessions on the 2 cores, so every wall figure and ratio below is that load's and the CPU
+counts are what to compare). The JVM reader at 20,000 x 16 KiB rows (ad hoc, tasks' nanoTime
+counters at DEBUG, the JVM's GC MXBeans, the server's CPU from /proc; load 13-16): a task
+of 10,000 rows (4 ranges, FetchStream, 26-28 answers) took 1.5-2.9 s: 0.82-1.30 s waiting
+for answers, of which the task thread's own CPU was 85-99 ms (a socket read of ~6 MB an
+answer) and the server's CPU for the whole query 0.08-0.10 s (sendfile; the Consumer's read
+0.13-0.17 s), checks 0.07-0.30 s, rows 0.25-0.78 s, Spark's rest 0.10-0.51 s. So the
+largest piece is waiting while neither side works: the task reads an answer only after it
+took the previous one's rows, and the server's next answer waits for room in the socket.
+The JVM's collector weighed as much: a query's young collections took 0.09-1.6 s (4-7 of
+them), and a full collection (SerialGC's MarkSweepCompact, 0.57-1.29 s, stopping both tasks)
+came in 3 of 4 queries. Now (option ``readAhead``, default true, ``jet.spark.JetAhead``) a
+thread of the task reads its connection's answers while the task builds rows, up to 2
+answers ahead, into 3 buffers that the executor keeps for its next tasks (at most 12), not
+a new set of 8 MiB buffers each task (my reading: long-lived, they fill the old generation;
+not measured apart from the counts below).
+In one session, alternating, 3 rounds, load 32-37, the Consumer 4.45 s: readAhead 0.92x
+(the JVM 1.01 CPU-s a query), without 0.76x (1.14 s); with 2 MiB answers 0.67x (1.16 s)
+and 0.74x (1.20 s); full collections in 2 of 12 queries (both at 8 MiB answers). Read ahead
+without kept buffers (load 28-39, 4 rounds) had been worse: 0.47x against 0.92x, 1.75
+against 1.21 CPU-s, its three buffers a task new each time. /tmp/base26 (e1b6d0ab) against
+this tree, one process each, alternating, 3 rounds each (load 39-48): 0.92x both, the JVM
+1.50 against 1.41 CPU-s a query (medians). Again in one session (this tree, 3 rounds, load
+35-39, the Consumer 9.42 s): readAhead 1.02x (1.37 CPU-s), without 0.73x (1.45 CPU-s); one
+query without it had a full collection of 2.95 s. Not confirmed on a quiet machine. What
+is left is mostly the collector (young collections 0.3-1.6 s a query at 330 MB of values
+copied once by the reader and again by Spark, and the full ones) and Spark's batch: next,
+the JVM's heap and young generation in ``jetspark.demo.local_spark`` (SerialGC, 1 GiB
+driver), and the CRC checks moved to the read-ahead thread (0.07-0.30 s a task).
+
+The sinks at both row counts (session 26, helper spark): part ``16384`` now runs the sinks
+at :attr:`Scale.large_count` and at :attr:`Scale.source_count` rows (2,000 and 20,000 with
+``--quick``), and at 16 KiB prints each foreach_batch_sink call's stages
+(:mod:`bench.bench_spark_sinks`: an empty call, a counting ``mapInArrow`` of the same rows,
+the call; medians). ``JET_BENCH_SPARK_PARTS=16384 python -m bench spark --quick``
+(eaa960f2 + the bench, 3 rounds, load 28-49): at 2,000 rows foreach_batch_sink 0.50x and
+df.write 0.49x of the Producer (663 rows/s), the stages: Spark's job start 1.26 s, + the
+Arrow stream 3.51 s, the call 6.08 s, where the Producer sent the same rows in 3.02 s; at
+20,000 rows 1.01x and 1.10x (the Producer 1,375 rows/s): job start 0.59 s, + the Arrow
+stream 3.16 s, the call 14.46 s against the Producer's 14.55 s. So the sinks' 0.7x target
+is judged at 20,000 x 16 KiB, as the source's 0.8x is: at 2,000 rows Spark's part (its job
+start and its Arrow stream, before a task's last row lets the send start) took longer than
+the Producer's whole send, whatever the sink does after it; at 20,000 it is a fifth of the
+call, and the sink's own part (the content sort and the send with ack ALL, 11.3 s) went at
+the Producer's pace. Nothing of the sinks was changed in this session: what is ours there
+was not slower than the Producer. The JVM reader in the same run: 0.18x at 2,000 rows (the
+Python source 0.10x), 0.62x at 20,000 (2,577 against the Consumer's 4,133 rows/s, load
+29; the JVM 1.37 CPU-s a query, where session 25's run had 1.24-1.26 s at load 16-39):
+NOT met in this run.
+
 Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds; 100,000 x 1 KB, one round;
-10,000 x 16 KiB, :data:`LARGE_ROUNDS` rounds, and the source at 30,000 x 16 KiB.
-``--quick``: 50,000, 10,000 and 2,000 rows, and the source at 20,000 x 16 KiB.
+10,000 x 16 KiB, :data:`LARGE_ROUNDS` rounds, and the source and sinks at 30,000 x 16 KiB.
+``--quick``: 50,000, 10,000 and 2,000 rows, and the source and sinks at 20,000 x 16 KiB.
 """
 
 from __future__ import annotations
@@ -285,6 +336,9 @@ WRITE_ARROW_BATCH_BYTES = "4m"
 """spark.sql.execution.arrow.maxBytesPerBatch for ``df.write`` (docs/tutorial/spark.md
 advises it; at 16 KiB values 256 rows a batch); foreach_batch_sink sets it itself."""
 KEYS = 1000
+CACHE_BYTES = 200_000_000
+"""Rows up to this many value bytes are cached for the sinks' calls (20,000 x 16 KiB, 328
+MB, are not: the session's 1 GiB heap)."""
 WARM_ROWS = 64
 """Rows of each sink's untimed warm-up call (:func:`_warm_sinks`)."""
 FIXED_CALLS = 5
@@ -309,18 +363,21 @@ class Scale:
     large_count: int
     """Rows of LARGE_VALUE_BYTES (16 KiB)."""
     source_count: int
-    """Rows of 16 KiB of the source's second comparison, where Spark's fixed cost of a
-    micro-batch no longer decides the ratio (:data:`SOURCE_ROWS_NOTE`)."""
+    """Rows of 16 KiB of the source's and the sinks' second comparison, where Spark's
+    fixed cost of a micro-batch or a job no longer decides the ratio (the 16 KiB targets
+    are judged here, :data:`SOURCE_ROWS_NOTE`)."""
 
 
 FULL = Scale(count=1_000_000, rounds=3, kb_count=100_000, large_count=10_000, source_count=30_000)
 QUICK = Scale(count=50_000, rounds=3, kb_count=10_000, large_count=2_000, source_count=20_000)
 SOURCE_ROWS_NOTE = (
-    "a micro-batch costs Spark about a second before its first row (a 1-row batch: 0.6-1.4 s"
-    " quiet, 4.5 s at load 30-40), whatever the source, where the Consumer reads 16 KiB in"
-    " 140-550 us/row: below ~20,000 rows that fixed cost, not the read, decides the ratio;"
-    " the JVM reader only (the Python source's own path bounds it at 16 KiB, part floor, and"
-    " its runner failed to start within Spark's 10 s at load 46)"
+    "the 16 KiB targets are judged here: a micro-batch costs Spark about a second before its"
+    " first row (a 1-row batch: 0.6-1.4 s quiet, 4.5 s at load 30-40), whatever the source,"
+    " and a sink's call its job start and Arrow stream before a task can send, where the"
+    " Consumer reads 16 KiB in 140-550 us/row: below ~20,000 rows those fixed costs, not the"
+    " read or the send, decide the ratios; the source: the JVM reader only (the Python"
+    " source's own path bounds it at 16 KiB, part floor, and its runner failed to start"
+    " within Spark's 10 s at load 46)"
 )
 """Why the 16 KiB source is also compared at :attr:`Scale.source_count` rows (issue 39:
 "keep their ratios at 16 KiB"): the 100 B and 1 KB rows read 100 MB of values, a million
@@ -423,12 +480,16 @@ def _spark_source(
 
 
 def _rows(spark: Any, count: int, value_bytes: int) -> Any:
+    """``count`` rows of a key and a value of ``value_bytes`` in 2 Spark partitions, cached
+    up to :data:`CACHE_BYTES` (above, each job makes them again: a literal, cheap)."""
     from pyspark.sql import functions as F
 
     df = spark.range(count, numPartitions=2).select(
         F.concat(F.lit("k"), (F.col("id") % KEYS).cast("string")).alias("key"),
         F.lit("x" * value_bytes).alias("value"),
     )
+    if count * value_bytes > CACHE_BYTES:
+        return df
     df = df.cache()
     df.count()
     return df
@@ -605,7 +666,6 @@ def _throughput(
     """Print the source and sink rates (median of ``rounds``) against jetsdk. Each round
     runs a baseline and then the Spark paths it is compared with, so that a change of the
     machine's load between rounds weighs on both sides of a ratio alike."""
-    import jetspark
 
     tag = f"{value_bytes}b"
     unix = spark.sparkContext.getConf().get("spark.python.unix.domain.socket.enabled", "false")
@@ -615,31 +675,10 @@ def _throughput(
         "each round a baseline then the Spark paths"
     )
     _source_rates(spark, servers, joined, count, value_bytes, rounds)
-    rows = _rows(spark, count, value_bytes)
+    from bench.bench_spark_sinks import sink_rates
+
     _warm_sinks(spark, servers, joined, value_bytes)
-    produce: list[float] = []
-    foreach: list[float] = []
-    write: list[float] = []
-    foreach_cpu: list[Cpu] = []
-    write_cpu: list[Cpu] = []
-    for r in range(rounds):
-        produce.append(
-            count / anyio.run(_produce, servers, f"bench-p-{tag}-{r}", count, value_bytes)
-        )
-        anyio.run(_create, servers, f"bench-fb-{tag}-{r}")
-        anyio.run(_create, servers, f"bench-ds-{tag}-{r}")
-        sink = jetspark.foreach_batch_sink(joined, f"bench-fb-{tag}-{r}", name="bench")
-        seconds, c = _timed_cpu(spark, lambda sink=sink, r=r: sink(rows, r))
-        foreach.append(count / seconds)
-        foreach_cpu.append(c)
-        seconds, c = _timed_cpu(spark, lambda r=r: _write(rows, joined, f"bench-ds-{tag}-{r}"))
-        write.append(count / seconds)
-        write_cpu.append(c)
-        for stream in (f"bench-fb-{tag}-{r}", f"bench-ds-{tag}-{r}"):
-            stored = anyio.run(_count, servers, stream)
-            if stored != count:
-                raise RuntimeError(f"{stream} holds {stored} records, not {count}")
-    rows.unpersist()
+    sink_rates(spark, servers, joined, count, value_bytes, rounds)
     table = f"bench-tbl-{tag}"
     anyio.run(partial(_produce, servers, table, count, value_bytes, compact=True))
     _spark_table(spark, joined, table)  # warm-up
@@ -648,13 +687,6 @@ def _throughput(
     for _ in range(rounds):
         table_open.append(count / anyio.run(_table_open, servers, table))
         table_read.append(count / _spark_table(spark, joined, table))
-    base_write = statistics.median(produce)
-    print("sink (rows/s stored, ack ALL)")
-    _ratio_line("jetsdk Producer (baseline)", produce, None, None)
-    _ratio_line("foreach_batch_sink (exactly-once)", foreach, base_write, FOREACH_TARGET)
-    _cpu_line("CPU of a foreach_batch_sink call", foreach_cpu, count)
-    _ratio_line('df.write.format("jetstream")', write, base_write, WRITE_TARGET)
-    _cpu_line("CPU of a df.write", write_cpu, count)
     print(f"table read (records/s reduced to the latest value of {KEYS:,} keys)")
     _ratio_line("jetsdk Table open (baseline)", table_open, None, None)
     _ratio_line(
@@ -705,7 +737,10 @@ def run(quick: bool) -> None:
                 print("at 16 KiB values:")
                 rounds = int(os.environ.get("JET_BENCH_SPARK_LARGE_ROUNDS", str(LARGE_ROUNDS)))
                 _throughput(spark, servers, joined, scale.large_count, LARGE_VALUE_BYTES, rounds)
-                print(f"the source at {scale.source_count:,} rows of 16 KiB: {SOURCE_ROWS_NOTE}")
+                print(f"at {scale.source_count:,} rows of 16 KiB: {SOURCE_ROWS_NOTE}")
+                from bench.bench_spark_sinks import sink_rates
+
+                sink_rates(spark, servers, joined, scale.source_count, LARGE_VALUE_BYTES, rounds)
                 _source_rates(
                     spark,
                     servers,

@@ -77,6 +77,29 @@ def test_streams_ended_at_a_batch_end_write_the_python_offsets(
         assert _offset_log(cp) == _offset_log(tmp_path / "py"), mode
 
 
+def test_answers_read_ahead_into_reused_buffers(spark: Any, spark_jet: JetDev) -> None:
+    """readAhead (the default) reads a task's answers on a thread of its own into a few
+    buffers it reuses: with answers of at most 4 KiB (about 70 a range, each range's
+    FetchStream and Fetch), values from empty to three times an answer's bytes (a record
+    larger than fetchMaxBytes is asked for again whole, into a larger buffer), the rows are
+    the Python reader's, with and without readAhead."""
+    name = unique("jvm-ahead")
+    create(spark_jet.servers, name, partitions=3)
+    sizes = [0, 1, 100, 4000, 12_288, 700, 3]
+    produce(
+        spark_jet.servers,
+        name,
+        [(b"k%d" % i, bytes([i % 251]) * sizes[i % len(sizes)]) for i in range(420)],
+    )
+    python = _batch(spark, "jetstream", spark_jet, name)
+    assert len(python) == 420
+    small = {"fetchMaxBytes": "4096"}
+    for ahead in ("true", "false"):
+        for stream in ("true", "false"):
+            mode = {"readAhead": ahead, "fetchStream": stream, **small}
+            assert _batch(spark, JVM_FORMAT, spark_jet, name, **mode) == python, mode
+
+
 def test_headers_as_the_python_reader(spark: Any, spark_jet: JetDev) -> None:
     """includeHeaders: the headers column (in order, empty values and none at all too) is
     the Python reader's; without the option neither reader has the column."""

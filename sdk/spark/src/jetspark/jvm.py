@@ -64,6 +64,7 @@ JVM_OPTIONS = frozenset(
         "minpartitions",
         "fetchstream",
         "grouppartitions",
+        "readahead",
         "includeheaders",
         "token",
         "user",

@@ -21,7 +21,7 @@ final class JetOptions implements Serializable {
   static final Set<String> SUPPORTED = new HashSet<>(Arrays.asList(
       "servers", "streams", "startingoffsets", "endingoffsets", "failondataloss",
       "fetchmaxbytes", "requesttimeout", "maxrecordspertrigger", "maxoffsetspertrigger",
-      "minpartitions", "fetchstream", "grouppartitions", "includeheaders", "token", "user",
+      "minpartitions", "fetchstream", "grouppartitions", "readahead", "includeheaders", "token", "user",
       "password", "tls", "tlsca", "tlscert", "tlskey", "tlsserverhostname", "path",
       "checkpointlocation", "queryname"));
 
@@ -53,6 +53,8 @@ final class JetOptions implements Serializable {
   final boolean fetchStream;
   /** One task reads several ranges when they outnumber Spark's task slots. */
   final boolean groupPartitions;
+  /** A thread of the task's reads answers ahead while it builds rows ({@link JetAhead}). */
+  final boolean readAhead;
   /** The rows have the headers column (option includeHeaders). */
   final boolean includeHeaders;
   /**
@@ -107,6 +109,7 @@ final class JetOptions implements Serializable {
     minPartitions = (int) positive(o, "minpartitions", 0);
     fetchStream = flag(o, "fetchstream");
     groupPartitions = flag(o, "grouppartitions");
+    readAhead = flag(o, "readahead");
     includeHeaders = includeHeaders(raw);
     auth = auth(o);
     tlsCa = nonEmpty(o, "tlsca", "tlsCa");

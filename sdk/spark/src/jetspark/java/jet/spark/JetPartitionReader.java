@@ -60,6 +60,8 @@ final class JetPartitionReader implements PartitionReader<InternalRow> {
   private final GenericInternalRow row;
   private final CRC32 crc = new CRC32();
   private JetWire wire;
+  /** The answers of {@link #wire}, read ahead of the rows (option readAhead). */
+  private JetAhead ahead;
   private byte[] buf;
   private int pos;
   private int stop;
@@ -107,16 +109,18 @@ final class JetPartitionReader implements PartitionReader<InternalRow> {
           return false;
         }
         if (inFlight.isEmpty()) {
+          stopAhead();
           wire = null; // this leader's ranges are read; the connection stays in the client
           continue;
         }
         // The previous answer's rows were consumed (Spark copies a row before it calls
-        // next() again): its buffer takes this one.
+        // next() again): its buffer goes back for the answers read ahead.
         long t0 = System.nanoTime();
-        buf = wire.frame(buf);
+        JetAhead.Frame frame = ahead.take();
+        buf = frame.body;
         long t1 = System.nanoTime();
         failures = 0;
-        answer();
+        answer(frame);
         frameNs += t1 - t0;
         checkNs += System.nanoTime() - t1;
         answers++;
@@ -140,6 +144,7 @@ final class JetPartitionReader implements PartitionReader<InternalRow> {
       return false;
     }
     wire = client.wire(leader);
+    ahead = new JetAhead(wire, opts.timeoutMs, opts.readAhead);
     for (Cursor c : cursors) {
       if (!c.done && leader.equals(client.leader(c.range.stream, c.range.partition))) {
         request(c);
@@ -152,10 +157,10 @@ final class JetPartitionReader implements PartitionReader<InternalRow> {
     JetRange r = c.range;
     int id;
     if (opts.fetchStream && wire.serves(JetWire.FETCH_STREAM)) {
-      id = wire.send(JetWire.FETCH_STREAM, JetWire.fetchStreamBody(r.stream, r.partition,
+      id = ahead.send(JetWire.FETCH_STREAM, JetWire.fetchStreamBody(r.stream, r.partition,
           c.offset, c.maxBytes, 0, JetWire.MAX_STREAM_RESPONSES));
     } else {
-      id = wire.send(JetWire.FETCH, JetWire.fetchBody(r.stream, r.partition, c.offset, c.maxBytes));
+      id = ahead.send(JetWire.FETCH, JetWire.fetchBody(r.stream, r.partition, c.offset, c.maxBytes));
     }
     c.request = id;
     c.cancelled = false;
@@ -168,6 +173,7 @@ final class JetPartitionReader implements PartitionReader<InternalRow> {
         || (e instanceof JetServerError && !((JetServerError) e).retriable())) {
       throw e;
     }
+    stopAhead();
     client.close();
     wire = null;
     inFlight.clear();
@@ -180,28 +186,28 @@ final class JetPartitionReader implements PartitionReader<InternalRow> {
   }
 
   /** The frame just received: set up the records of its range's [offset, end) it holds. */
-  private void answer() throws IOException {
+  private void answer(JetAhead.Frame f) throws IOException {
     pos = stop = 0;
-    if (wire.gotApi == JetWire.CANCEL_FETCH_STREAM) {
+    if (f.api == JetWire.CANCEL_FETCH_STREAM) {
       return; // the answer to a cancel: the stream's last response says it ended
     }
-    Cursor c = inFlight.get(wire.gotId);
-    if (c == null || (wire.gotApi != JetWire.FETCH && wire.gotApi != JetWire.FETCH_STREAM)) {
-      throw new IOException("jetstream-jvm: unexpected answer api " + wire.gotApi + " id "
-          + wire.gotId + " from " + wire.address);
+    Cursor c = inFlight.get(f.id);
+    if (c == null || (f.api != JetWire.FETCH && f.api != JetWire.FETCH_STREAM)) {
+      throw new IOException("jetstream-jvm: unexpected answer api " + f.api + " id "
+          + f.id + " from " + wire.address);
     }
-    if (!wire.more()) {
-      inFlight.remove(wire.gotId);
+    if (!f.more()) {
+      inFlight.remove(f.id);
       c.request = -1;
     }
     if (!c.done) {
-      records(c, buf);
+      records(c, buf, f.length);
     }
     if (c.done && c.request >= 0 && !c.cancelled) {
       // Its stream would go on past the range's end: end it (the last response then comes).
       c.cancelled = true;
       if (wire.serves(JetWire.CANCEL_FETCH_STREAM)) {
-        wire.send(JetWire.CANCEL_FETCH_STREAM, JetWire.cancelBody(c.request));
+        ahead.send(JetWire.CANCEL_FETCH_STREAM, JetWire.cancelBody(c.request));
       }
     }
     if (!c.done && c.request < 0) {
@@ -212,14 +218,14 @@ final class JetPartitionReader implements PartitionReader<InternalRow> {
   }
 
   /** Check the records of Fetch answer {@code body}; those below the range's end become rows. */
-  private void records(Cursor c, byte[] body) throws IOException {
+  private void records(Cursor c, byte[] body, int bodyLength) throws IOException {
     int error = u16(body, 0);
     long hw = i64(body, 2);
     long logStart = i64(body, 10);
     long leo = i64(body, 18);
     int len = (int) u32(body, 26);
-    if (30 + len != wire.length) {
-      throw new IOException("jetstream-jvm: Fetch answer of " + wire.length + " bytes holds "
+    if (30 + len != bodyLength) {
+      throw new IOException("jetstream-jvm: Fetch answer of " + bodyLength + " bytes holds "
           + len + " record bytes, for " + c.where());
     }
     if (error == JetServerError.OFFSET_OUT_OF_RANGE) {
@@ -356,8 +362,16 @@ final class JetPartitionReader implements PartitionReader<InternalRow> {
     return row;
   }
 
+  private void stopAhead() {
+    if (ahead != null) {
+      ahead.close();
+      ahead = null;
+    }
+  }
+
   @Override
   public void close() {
+    stopAhead();
     client.close();
     if (LOG.isDebugEnabled()) {
       long total = System.nanoTime() - opened;
