@@ -131,6 +131,37 @@ async def test_a_round_over_partitions_goes_as_one_produce_many(jet_dev: JetDev)
             assert {k: table.revision(k) for k in revisions} == revisions
 
 
+async def test_puts_to_one_partition_go_as_a_produce_many_of_one_section(
+    jet_dev: JetDev,
+) -> None:
+    """64 callers putting to a table of one partition: on asyncio each round's batch of
+    several puts goes as a ProduceMany of one section (which the server appends in the
+    request's step, as a round over several partitions), not as a Produce request of
+    many (the server's general path); each put still gets its own revision. On trio each
+    batch is a Produce request."""
+    stream = unique("wone")
+    lanes, each = 64, 10
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(stream, compact=True, partitions=1)
+        async with Table(client, stream) as table:
+            writer = table._writer
+            assert writer is not None
+            await table.put(b"warm", b"up")  # (alone: one Produce request)
+            fan_in = writer._fan_in
+            before, many_before = writer.requests, fan_in.requests
+            revisions = await _put_in_lanes(table, b"o", lanes, each)
+            batches = writer.requests - before
+            many = fan_in.requests - many_before
+            assert batches < lanes * each / 10, batches
+            if sniffio.current_async_library() == "asyncio":
+                assert many >= batches - 2, (many, batches)  # (a batch of one goes alone)
+                assert fan_in.sections == fan_in.requests
+            else:
+                assert many == 0
+            await table.sync()
+            assert {k: table.revision(k) for k in revisions} == revisions
+
+
 async def test_concurrent_updates_of_one_revision_one_wins(jet_dev: JetDev) -> None:
     stream = unique("wcas")
     async with Client(jet_dev.servers) as client:
