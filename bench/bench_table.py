@@ -42,6 +42,8 @@ durability, ``flushed``), and a second with the default ``sync_interval`` for th
   without --quick) until the N-th initial change, against ``kv.watchall()`` until its
   end-of-initial-values marker.
 
+The CAS row of racing writers and the fsynced put rows run :data:`ROUNDS` rounds each
+(ours, then JetStream's), and print each round and the median ratio with met / NOT met.
 The load average is printed: on a shared machine the figures are rough.
 """
 
@@ -73,6 +75,10 @@ CAS_INCREMENTS = {True: 100, False: 250}
 """Increments per writer in the CAS rows (quick, full): 25 made a row last ~0.1 s."""
 PUT_CONCURRENCY = 64
 """Puts in flight in the put ALL row (each side)."""
+ROUNDS = 3
+"""Rounds of the CAS row of racing writers and of the fsynced put rows, each printed, then
+their median ratio against the target: one quick CAS round is ~0.5 s of ours, and single
+rounds of one tree at a quiet moment gave 2.11x, 1.32x and 1.00x one after the other."""
 
 
 def _load() -> str:
@@ -187,7 +193,8 @@ async def kv_increments(kv: KeyValue, increments: int) -> int:
 
 async def _cas_race(
     addresses: list[str], nats_url: str, increments: int, writers: int = WRITERS
-) -> None:
+) -> float:
+    """One round of the CAS row (printed); its ratio, JetStream's time over ours."""
     stream = f"cas-{uuid.uuid4().hex[:8]}"
     async with Client(addresses) as admin:
         await admin.create_stream(stream, compact=True)
@@ -247,6 +254,7 @@ async def _cas_race(
         f"({kv_s / our_s:.2f}x; target >= 2x) [{_load()}]",
         flush=True,
     )
+    return kv_s / our_s
 
 
 async def _in_flight(count: int, put: Callable[[int], Awaitable[object]]) -> float:
@@ -270,9 +278,10 @@ async def _put_all(
     count: int,
     partitions: int = PARTITIONS,
     durability: Durability | None = None,
-) -> None:
-    """The put row; ``durability``: the stream's (None: the default, ``flushed``), and
-    ``nats_url`` a JetStream store whose fsyncs match it."""
+) -> float:
+    """One round of the put row (printed), its ratio returned; ``durability``: the
+    stream's (None: the default, ``flushed``), and ``nats_url`` a JetStream store whose
+    fsyncs match it."""
     stream = f"put-{uuid.uuid4().hex[:8]}"
     async with Client(addresses) as client:
         await client.create_stream(
@@ -297,6 +306,7 @@ async def _put_all(
         f"{target}) [{_load()}]",
         flush=True,
     )
+    return theirs / ours
 
 
 async def _watch_load(addresses: list[str], nats_url: str, n: int) -> None:
@@ -336,6 +346,18 @@ async def _watch_load(addresses: list[str], nats_url: str, n: int) -> None:
     )
 
 
+def _median(row: str, ratios: list[float], target: float) -> None:
+    """The median of a row's rounds against its target."""
+    median = statistics.median(ratios)
+    met = "met" if median >= target else "NOT met"
+    rounds = ", ".join(f"{r:.2f}x" for r in ratios)
+    print(
+        f"  {row}: median {median:.2f}x of {len(ratios)} rounds ({rounds}); target >= "
+        f"{target:g}x: {met} [{_load()}]",
+        flush=True,
+    )
+
+
 def run(quick: bool) -> None:
     n = 100_000 if quick else 1_000_000
     rounds = 1 if quick else 3
@@ -354,11 +376,16 @@ def run(quick: bool) -> None:
         try:
             anyio.run(_get_p50, dev.addresses, js.url)
             increments = CAS_INCREMENTS[quick]
-            anyio.run(_cas_race, dev.addresses, js.url, increments)
+            race = [anyio.run(_cas_race, dev.addresses, js.url, increments) for _ in range(ROUNDS)]
+            _median("CAS, 4 racing writers", race, 2.0)
             anyio.run(_cas_race, dev.addresses, js.url, increments * WRITERS, 1)
             puts = 5_000 if quick else 20_000
-            anyio.run(_put_all, dev.addresses, js.url, puts)
-            anyio.run(_put_all, dev.addresses, js.url, puts, 1)
+            for partitions in (PARTITIONS, 1):
+                ratios = [
+                    anyio.run(_put_all, dev.addresses, js.url, puts, partitions)
+                    for _ in range(ROUNDS)
+                ]
+                _median(f"put ack ALL, {partitions} partition(s)", ratios, 5.0)
             anyio.run(_put_all, dev.addresses, js_default.url, puts, PARTITIONS, "written")
             anyio.run(_watch_load, dev.addresses, js.url, 10_000 if quick else 100_000)
         finally:

@@ -6,6 +6,7 @@ before it), and a caller cancelled while its write waits does not stall the othe
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -15,6 +16,7 @@ import sniffio
 
 from jetsdk import Client, Table, WrongExpectedKeyOffset
 from jetsdk.table.view import Entry
+from jetsdk.table.writes import TableWriter
 from support.fsync_fault import FsyncFault
 from support.jet_dev import JetDev
 from support.jet_server import start_server_process
@@ -99,36 +101,70 @@ async def test_callers_woken_by_an_answer_share_the_next_request(jet_dev: JetDev
             assert len(table) == puts + 1
 
 
+@contextlib.asynccontextmanager
+async def _warm_table(
+    jet_dev: JetDev, stream: str, partitions: int
+) -> AsyncIterator[tuple[Table, TableWriter]]:
+    """A table of a new compacted stream of ``partitions``, and its writer after one put
+    (alone: one Produce request)."""
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(stream, compact=True, partitions=partitions)
+        async with Table(client, stream) as table:
+            writer = table._writer
+            assert writer is not None
+            await table.put(b"warm", b"up")
+            yield table, writer
+
+
 async def test_a_round_over_partitions_goes_as_one_produce_many(jet_dev: JetDev) -> None:
     """64 callers putting over 4 partitions: a round's batches, one per partition, go to
     the server as one ProduceMany on asyncio (one round trip and one pass of the server
     for all); each put still gets its own revision. (Before, each batch was a Produce
     request of its own: as many requests on the wire as batches.) On trio each batch is a
     Produce request of its own."""
-    stream = unique("wmany")
     lanes, each = 64, 10
-    async with Client(jet_dev.servers) as client:
-        await client.create_stream(stream, compact=True, partitions=4)
-        async with Table(client, stream) as table:
-            writer = table._writer
-            assert writer is not None
-            await table.put(b"warm", b"up")
-            before, wire_before = writer.requests, writer.wire_requests
-            revisions = await _put_in_lanes(table, b"m", lanes, each)
-            puts = lanes * each
-            batches = writer.requests - before
-            wire = writer.wire_requests - wire_before
-            assert batches < puts / 4, batches  # coalesced per partition
-            if sniffio.current_async_library() == "asyncio":
-                # Before: one request per batch. Now 2-4 batches per request on a quiet
-                # machine; under CI's parallel load some rounds split over loop turns
-                # (32 requests for 58 batches seen).
-                assert wire <= batches * 3 / 4, (wire, batches)
-            else:
-                assert wire == batches
-            await table.sync()
-            assert len(table) == puts + 1
-            assert {k: table.revision(k) for k in revisions} == revisions
+    async with _warm_table(jet_dev, unique("wmany"), 4) as (table, writer):
+        before, wire_before = writer.requests, writer.wire_requests
+        revisions = await _put_in_lanes(table, b"m", lanes, each)
+        puts = lanes * each
+        batches = writer.requests - before
+        wire = writer.wire_requests - wire_before
+        assert batches < puts / 4, batches  # coalesced per partition
+        if sniffio.current_async_library() == "asyncio":
+            # Before: one request per batch. Now 2-4 batches per request on a quiet
+            # machine; under CI's parallel load some rounds split over loop turns
+            # (32 requests for 58 batches seen).
+            assert wire <= batches * 3 / 4, (wire, batches)
+        else:
+            assert wire == batches
+        await table.sync()
+        assert len(table) == puts + 1
+        assert {k: table.revision(k) for k in revisions} == revisions
+
+
+async def test_puts_to_one_partition_go_as_a_produce_many_of_one_section(
+    jet_dev: JetDev,
+) -> None:
+    """64 callers putting to a table of one partition: on asyncio each round's batch of
+    several puts goes as a ProduceMany of one section (which the server appends in the
+    request's step, as a round over several partitions), not as a Produce request of
+    many (the server's general path); each put still gets its own revision. On trio each
+    batch is a Produce request."""
+    lanes, each = 64, 10
+    async with _warm_table(jet_dev, unique("wone"), 1) as (table, writer):
+        fan_in = writer._fan_in
+        before, many_before = writer.requests, fan_in.requests
+        revisions = await _put_in_lanes(table, b"o", lanes, each)
+        batches = writer.requests - before
+        many = fan_in.requests - many_before
+        assert batches < lanes * each / 10, batches
+        if sniffio.current_async_library() == "asyncio":
+            assert many >= batches - 2, (many, batches)  # (a batch of one goes alone)
+            assert fan_in.sections == fan_in.requests
+        else:
+            assert many == 0
+        await table.sync()
+        assert {k: table.revision(k) for k in revisions} == revisions
 
 
 async def test_concurrent_updates_of_one_revision_one_wins(jet_dev: JetDev) -> None:

@@ -464,3 +464,34 @@ async def test_all_sections_of_an_idempotent_producer_are_served_in_one_step(
             records = await _fetch_until(c, "t", p, 6)
             assert [r.value for r in records] == [b"p%d-%d" % (p, i) for i in range(6)]
             assert [(r.producer_id, r.producer_seq) for r in records] == [(9, i) for i in range(6)]
+
+
+async def test_a_lone_all_section_is_served_in_one_step_and_answered_once_committed(
+    jet: Server,
+) -> None:
+    """Issue 38: a ProduceMany of ONE section of a table's puts (ack ALL, an idempotent
+    producer: its round to a one-partition table) is appended in the request's step as
+    a round of several is, its fsync in a group of one, and answered once committed (the
+    HW is past it when the answer comes); the next round too."""
+    assert jet.address is not None
+    produce = jet.running.produce
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="one", subject="one", partitions=1)
+        served = produce.section.served
+        for base in (0, 3):
+            section = _section(
+                "one",
+                0,
+                [b"v-%d" % (base + i) for i in range(3)],
+                policy=AckPolicy.ALL,
+                producer_id=5,
+                base_seq=base,
+            )
+            answer = await _many(c, [section])
+            assert _offsets(answer[0]) == [base, base + 1, base + 2]
+            replica = produce.streams.local_replica("one", 0)
+            assert replica is not None
+            assert replica.log.high_watermark >= base + 3
+        assert produce.section.served - served == 2
+        records = await _fetch_until(c, "one", 0, 6)
+        assert [r.value for r in records] == [b"v-%d" % i for i in range(6)]

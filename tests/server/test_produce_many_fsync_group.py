@@ -202,3 +202,40 @@ async def test_all_sections_commit_as_one_group_a_failed_fsync_fails_its_own(
     for p in range(PARTITIONS):
         lost = {o: v for o, v in acked[p].items() if stored[p].get(o) != v}
         assert not lost, f"partition {p}: acked ALL, then lost: {lost}"
+
+
+async def test_a_lone_all_section_commits_in_a_group_of_one_a_failed_fsync_fails_it(
+    nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
+) -> None:
+    """A ProduceMany of one ALL section (a table's round of puts to one partition, sent
+    so to be appended in the request's step) leaves its fsync to a group of one: it
+    answers only once committed, so every record acked is still there after a restart,
+    and the failed fsync's section is refused (retriable), the next ones acked."""
+    data = tmp_path / "data"
+    marker = tmp_path / "fault-fired"
+    fault = FsyncFault(match=f"/{FAILING}/00000000000000000000.log", at=4, marker=marker)
+    proc = start_server_process(nats_server.url, data, "--log-level", "INFO", env=fault.env())
+    acked: dict[int, bytes] = {}
+    refused: list[int] = []
+    try:
+        with anyio.fail_after(BOUND_S):
+            async with await RawClient.connect(proc.address) as c:
+                await c.create_stream(name="a", subject="a", partitions=PARTITIONS)
+                for round_ in range(ROUNDS):
+                    body = encode_produce_many_request([_all_section(FAILING, round_, True)])
+                    frame = await c.request(Api.PRODUCE_MANY, body)
+                    (section,) = decode_produce_many_response(frame.body)
+                    assert section.error_code == 0, decode_error(section.body)
+                    for i, r in enumerate(decode_produce_response(section.body)):
+                        if r.error_code == 0:
+                            acked[r.offset] = _value(FAILING, round_, i)
+                        else:
+                            refused.append(r.error_code)
+    finally:
+        assert proc.stop() == 0
+    assert marker.exists(), "the injected fsync failure never fired"
+    assert refused, "the failed fsync's records were acked"
+    assert len(acked) >= (ROUNDS - 1) * PER_SECTION
+    stored = await _stored_after_restart(nats_server, data, "a")
+    lost = {o: v for o, v in acked.items() if stored[FAILING].get(o) != v}
+    assert not lost, f"acked ALL, then lost: {lost}"

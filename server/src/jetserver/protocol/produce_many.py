@@ -110,8 +110,11 @@ class ProduceMany:
         heads = self._at_once(sections)
         loop = asyncio.get_running_loop()
         # Several sections leave their partitions' fsyncs to this request (an append made
-        # in their step joins the group), which fsyncs and commits them in one thread job.
-        group = FsyncGroup() if len(sections) > 1 else None
+        # in their step joins the group), which fsyncs and commits them in one thread job;
+        # so does a lone ALL section appended at once (a table's round of puts to one
+        # partition: its answer awaits that commit).
+        lone_all = heads is not None and len(heads) == 1 and heads[0][2] == _ALL
+        group = FsyncGroup() if len(sections) > 1 or lone_all else None
         if heads is not None:
             # Each is appended without waiting: one after the other, here (each head
             # decoded once, for the check and the section); ALL ones answered once the
@@ -219,15 +222,15 @@ class ProduceMany:
 
     def _at_once(self, sections: list[bytes | memoryview]) -> list[ProduceHead] | None:
         """Every section's decoded head if every section would be appended without
-        waiting, and answered so but for ALL ones in a request of several (then serving
-        them in turn in this task keeps their order and costs no task each), else None."""
+        waiting, and answered so but for ALL ones (answered once the request's group
+        committed them; then serving them in turn in this task keeps their order and
+        costs no task each), else None."""
         at_once = self.produce.answers_at_once
-        all_acks = len(sections) > 1
         heads: list[ProduceHead] = []
         try:
             for body in sections:
                 head = decode_produce_head(body)
-                if not at_once(head[0], head[1], head[2], all_acks):
+                if not at_once(head[0], head[1], head[2], True):
                     return None
                 heads.append(head)
         except (CodecError, ApiError):

@@ -178,7 +178,7 @@ the request's body (None: nothing to send any more, its sender took it)."""
 class _Group:
     """What was submitted for one connection in one loop turn."""
 
-    __slots__ = ("answers", "bodies", "cuts", "expiry", "timeout")
+    __slots__ = ("answers", "bodies", "cuts", "expiry", "many", "timeout")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.bodies: list[RequestBody] = []
@@ -186,6 +186,8 @@ class _Group:
         self.cuts: list[Cut] = []
         self.timeout = 0.0
         self.expiry = _Expiry(loop, self.answers)
+        self.many = False
+        """A body alone goes as a ProduceMany of one section too (:meth:`FanIn.defer`)."""
 
 
 class FanIn:
@@ -262,13 +264,19 @@ class FanIn:
             loop.call_soon(self._wrote_now.discard, conn)
         return pending
 
-    def defer(self, conn: Connection, cut: Cut, timeout: float) -> None:
+    def defer(self, conn: Connection, cut: Cut, timeout: float, many: bool = False) -> None:
         """Have ``cut`` make a body for ``conn`` at the end of this loop turn, to go with
         the others (a partition's batch then holds every message queued in the turn).
-        Only where :meth:`takes` holds."""
+        Only where :meth:`takes` holds. ``many``: if it goes alone, as a ProduceMany of
+        one section rather than a Produce request (a table's round of puts to one
+        partition: the server appends an ALL-acked section in one step,
+        broker/produce_section.py)."""
         loop = self._loop
         assert loop is not None  # (takes held)
-        self._group(conn, loop, timeout).cuts.append(cut)
+        group = self._group(conn, loop, timeout)
+        group.cuts.append(cut)
+        if many:
+            group.many = True
 
     def _group(self, conn: Connection, loop: asyncio.AbstractEventLoop, timeout: float) -> _Group:
         group = self._open.get(conn)
@@ -294,14 +302,15 @@ class FanIn:
         limit = _limit(conn)
         requests = self.requests
         start, size = 0, 4
+        many = group.many
         for i, body in enumerate(bodies):
             added = _length(body) + _SECTION_OVERHEAD
             if i > start and (i - start >= MAX_PRODUCE_SECTIONS or size + added > limit):
-                self._send_soon(conn, bodies[start:i], answers[start:i], group.timeout)
+                self._send_soon(conn, bodies[start:i], answers[start:i], group.timeout, many)
                 start, size = i, 4
             size += added
         if start < len(bodies):
-            self._send_soon(conn, bodies[start:], answers[start:], group.timeout)
+            self._send_soon(conn, bodies[start:], answers[start:], group.timeout, many)
         expiry.requests = self.requests - requests
         expiry.arm()
 
@@ -311,11 +320,12 @@ class FanIn:
         bodies: list[RequestBody],
         answers: list[SectionAnswer],
         timeout: float,
+        many: bool = False,
     ) -> None:
         self.requests += 1
         self.sections += len(bodies)
         body: RequestBody
-        if len(bodies) == 1:
+        if len(bodies) == 1 and not many:
             api, body = Api.PRODUCE, bodies[0]
         else:
             # In parts: large sections are written after the frame header as they are.

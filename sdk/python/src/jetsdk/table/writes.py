@@ -351,7 +351,17 @@ class TableWriter:
             for i, w in enumerate(batch):
                 w.seq = base + i
         if len(batches) == 1:
-            await self._send(batches[0])
+            # Puts to one partition (no compare-and-set) go as a ProduceMany of one
+            # section, as a round over several partitions does: the server appends such a
+            # section in the request's step with one pending ALL ack (broker/
+            # produce_section.py), where a Produce request of many takes the general
+            # path (per message: order and duplicate checks, an ack settled). A lone
+            # write, or compare-and-sets, go alone.
+            batch = batches[0]
+            if len(batch) > 1 and all(w.expected is None for w in batch):
+                await self._send(batch, True, many=True)
+            else:
+                await self._send(batch)
             return
         if self._loop is not None:
             # Plain asyncio tasks, all started in this turn (one ProduceMany): anyio's
@@ -367,12 +377,15 @@ class TableWriter:
             for batch in batches:  # all first tries in this turn: one ProduceMany
                 tg.start_soon(self._send, batch, True)
 
-    async def _send(self, batch: list[QueuedWrite], grouped: bool = False, tried: int = 0) -> None:
+    async def _send(
+        self, batch: list[QueuedWrite], grouped: bool = False, tried: int = 0, many: bool = False
+    ) -> None:
         """Send one partition's ``batch`` until every write has a final result; writes
         whose result is retriable are tried again with their own sequences (each run of
         consecutive ones in one request, alone), :data:`RETRY_PAUSE_S` apart.
         ``grouped``: the first try goes with the round's other batches. ``tried``: tries
-        made already (the next one is a retry)."""
+        made already (the next one is a retry). ``many``: the first try goes as a
+        ProduceMany even alone (:meth:`FanIn.defer`)."""
         runs = [batch]
         try:
             for attempt in range(tried, MAX_WRITE_ATTEMPTS):
@@ -380,7 +393,7 @@ class TableWriter:
                     await anyio.sleep(RETRY_PAUSE_S)
                     self.retries += len(runs)
                 for run in runs:
-                    await self._try(run, grouped=grouped and not attempt)
+                    await self._try(run, grouped=grouped and not attempt, many=many)
                 runs = self._settle(runs, final=attempt == MAX_WRITE_ATTEMPTS - 1)
                 if not runs:
                     return
@@ -417,7 +430,7 @@ class TableWriter:
             again += _runs([w for w in left if w.partition == partition])
         return again
 
-    async def _try(self, run: list[QueuedWrite], grouped: bool = False) -> None:
+    async def _try(self, run: list[QueuedWrite], grouped: bool = False, many: bool = False) -> None:
         """One request with ``run`` (consecutive sequences of one partition); sets each
         write's result, or its ``retry_error`` if retriable, or its error. ``grouped``:
         with the round's other requests to its server (:meth:`_produce`)."""
@@ -438,7 +451,7 @@ class TableWriter:
         self.requests += 1
         try:
             if grouped:
-                results = await self._produce(request)
+                results = await self._produce(request, many)
             else:
                 self._direct += 1
                 results = await self._produce_alone(request)
@@ -500,12 +513,12 @@ class TableWriter:
             answer, len(request.messages), request.current_values, request.latest_values
         )
 
-    async def _produce(self, request: ProduceRequest) -> list[ProduceResult]:
+    async def _produce(self, request: ProduceRequest, many: bool = False) -> list[ProduceResult]:
         """Send ``request`` to its partition's leader with the round's other requests to
-        that server, as one ProduceMany (:class:`FanIn`, at the end of this loop turn);
-        its results. Through :meth:`Client.produce` (which finds the leader and retries)
-        where the leader's connection is not at hand, its server has no ProduceMany, or
-        the loop is not asyncio."""
+        that server, as one ProduceMany (:class:`FanIn`, at the end of this loop turn;
+        ``many``: one even if it goes alone); its results. Through :meth:`Client.produce`
+        (which finds the leader and retries) where the leader's connection is not at
+        hand, its server has no ProduceMany, or the loop is not asyncio."""
         client = self.client
         conn = client.leader_connection_now(self.stream, request.partition)
         loop = self._loop
@@ -520,7 +533,7 @@ class TableWriter:
             cut.set_result(answer)
             return body
 
-        self._fan_in.defer(conn, section, wait)
+        self._fan_in.defer(conn, section, wait, many)
         answer = await (await cut).wait(wait)
         return decode_produce_answer(
             answer, len(request.messages), request.current_values, request.latest_values
