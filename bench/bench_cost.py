@@ -236,10 +236,13 @@ async def profiled(
     os.kill(pid, signal.SIGUSR1)
     await send()
     os.kill(pid, signal.SIGUSR2)
-    with anyio.fail_after(10):
+    with anyio.fail_after(30):
         while not out.exists():  # noqa: ASYNC110 - another process writes it
             await anyio.sleep(0.05)
-    await anyio.sleep(0.3)  # let the dump finish
+        size = -1  # let the dump finish: its size holds for 0.3 s (a loaded machine's
+        while size != out.stat().st_size or size == 0:  # took longer: an empty read)
+            size = out.stat().st_size
+            await anyio.sleep(0.3)
     keep = os.environ.get("JET_COST_KEEP")
     if keep:
         shutil.copy(out, Path(keep) / keep_as)

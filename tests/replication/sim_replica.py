@@ -431,7 +431,7 @@ class Node:
             self._answer(msg)
 
     def _hw_news_timer(self, msg: Fetch, parked_s: float) -> None:
-        """The leader's parked-fetch timer (broker/replica_fetch.py ``_wait_news``): a
+        """The leader's parked-fetch timer (broker/replica_wait.py ``ParkedFetch``): a
         fetch with HW news alone is looked at again when its delay is over."""
         state = self.core.leader_state
         due = state.hw_news_due_s(msg.sender, parked_s) if state is not None else None

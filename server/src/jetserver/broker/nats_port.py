@@ -144,10 +144,14 @@ class NatsPort(Protocol):
         """One such copy written now if nothing is pending before it; False: not done."""
 
     async def publish_unstored_copies(
-        self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes = b""
+        self,
+        messages: Sequence[tuple[str, EnvelopeBytes]],
+        header_block: bytes = b"",
+        within_s: float | None = None,
     ) -> int:
         """Queue copies of directly appended messages not marked stored (with
-        ``header_block``: sequence marks), not echoed back here."""
+        ``header_block``: sequence marks), not echoed back here; waiting for NATS to take
+        what is pending (a full pending buffer) at most ``within_s`` (None: no bound)."""
 
     async def flush(self, timeout_s: float, *, ingest: bool = False) -> None:
         """Wait until NATS has received everything published so far.

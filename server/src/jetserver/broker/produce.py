@@ -22,6 +22,7 @@ Task safety: event loop thread only.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import time
@@ -417,12 +418,12 @@ class ProduceService:
         # An fsync failure from here on may cut what this request appends: no copies then.
         failures = -1 if replica is None else replica.sync_failures
         # A request in its own task whose append runs here at once waits only for its
-        # commit below, bounded: no cancel scope for its timeout (and none to shield the
-        # append from), about a tenth of the Python calls of such a request.
+        # commit below and (replicated) for NATS to take its copies, each bounded: no
+        # cancel scope for its timeout (and none to shield the append from), about a tenth
+        # of the Python calls of such a request.
         at_once = (  # (the replica takes the request directly: _check, in this turn)
             own_task
             and replica is not None
-            and replica.replication_factor == 1
             and replica.sequencer.idle
             and replica.sequencer.has_room
         )
@@ -459,7 +460,10 @@ class ProduceService:
                         # new leader elected meanwhile (this one cut off from its cluster)
                         # stores them as through NATS (sequence checked) and acks them.
                         starts = produce_starts_sequence(body)
-                        unstored = self.link.publish_unstored_copies
+                        unstored = functools.partial(
+                            self.link.publish_unstored_copies,
+                            within_s=max(deadline - time.monotonic(), 0.0),
+                        )
                         await publish_marked(unstored, to_send, pid is not None, starts)
                     try:
                         if policy == AckPolicy.NONE:

@@ -49,6 +49,9 @@ class ReplicaFetchReply:
 
 
 SENT = ReplicaFetchReply([], sent=True)
+HELD = ReplicaFetchReply([], sent=True)
+"""The reply of a request whose wait goes on with no task: its connection holds it
+(broker/replica_wait.py); nothing to send now."""
 
 
 def due_slots(

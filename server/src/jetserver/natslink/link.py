@@ -21,6 +21,7 @@ Task safety: use from the event loop thread only (the asyncio backend of anyio).
 from __future__ import annotations
 
 import logging
+import math
 import random
 import re
 import time
@@ -357,14 +358,19 @@ class NatsLink:
         return any(self._echo_needed(subject, owner) for subject in subjects)
 
     async def publish_unstored_copies(
-        self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes = b""
+        self,
+        messages: Sequence[tuple[str, EnvelopeBytes]],
+        header_block: bytes = b"",
+        within_s: float | None = None,
     ) -> int:
         """:meth:`publish_many` on the ``no_echo`` ingest connection, not marked stored:
         for the messages a replicated partition's leader appended directly (spec/
         protocol.md, Produce). They do not come back to this server; any other subscriber,
         a new leader of the partition included, gets them as if they had been published
-        to NATS (``header_block``: their sequence marks, broker/seq_marks.py)."""
-        return await self._publish_on(self._ingest_nc, messages, header_block)
+        to NATS (``header_block``: their sequence marks, broker/seq_marks.py).
+        ``within_s``: the most it waits for NATS to take what is pending (a full pending
+        buffer), so that its caller needs no cancel scope (None: no bound)."""
+        return await self._publish_on(self._ingest_nc, messages, header_block, within_s)
 
     async def publish_stored_copies(
         self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes, owner: object
@@ -450,20 +456,16 @@ class NatsLink:
         nc: NatsClient | None,
         messages: Sequence[tuple[str, EnvelopeBytes]],
         header_block: bytes,
+        within_s: float | None = None,
     ) -> int:
         if nc is None or not messages:
             return 0
         if not self._batch_pub:
             if not nc.is_connected:
                 return 0
-            headers = header_map(header_block)
-            for done, (subject, payload) in enumerate(messages):
-                try:
-                    await nc.publish(subject, bytes(payload), headers=headers)
-                except Exception as exc:
-                    log.debug("publish failed", extra=fields(subject=subject, error=str(exc)))
-                    return done
-            return len(messages)
+            with anyio.move_on_after(math.inf if within_s is None else within_s):
+                return await _publish_each(nc, messages, header_map(header_block))
+            return 0  # (not within ``within_s``: counted as not queued)
         # nats-py's status read as its is_connected does (two property calls a publish).
         if nc._status != _CONNECTED and not nc.is_connected:
             return 0
@@ -511,7 +513,12 @@ class NatsLink:
         nc.stats["out_bytes"] += payload_bytes
         try:
             if 0 < nc._max_pending_size < nc._pending_data_size:
-                await nc._flush_pending(force_flush=True)
+                # (the one wait here: bounded without a scope on the way that does not wait)
+                if within_s is None:
+                    await nc._flush_pending(force_flush=True)
+                else:
+                    with anyio.move_on_after(within_s):
+                        await nc._flush_pending(force_flush=True)
             elif nc._flush_queue is not None and nc._flush_queue.empty():
                 self._writer.write_soon(nc)
         except Exception as exc:  # queued already: nats-py sends or drops it on reconnect
@@ -567,3 +574,17 @@ class NatsLink:
         except Exception as exc:
             log.debug("nats close failed", extra=fields(error=str(exc)))
         log.debug("nats closed", extra=fields(took_s=round(time.monotonic() - started, 3)))
+
+
+async def _publish_each(
+    nc: NatsClient, messages: Sequence[tuple[str, EnvelopeBytes]], headers: dict[str, str] | None
+) -> int:
+    """nats-py's ``publish`` of each message (a nats-py without the internals the batch
+    write uses): how many leading ones were queued."""
+    for done, (subject, payload) in enumerate(messages):
+        try:
+            await nc.publish(subject, bytes(payload), headers=headers)
+        except Exception as exc:
+            log.debug("publish failed", extra=fields(subject=subject, error=str(exc)))
+            return done
+    return len(messages)

@@ -22,6 +22,7 @@ import contextlib
 import functools
 import logging
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 import anyio
@@ -41,6 +42,7 @@ from jetserver.config.server import LimitsConfig
 from jetserver.infra import hops
 from jetserver.logs import fields
 from jetserver.protocol import stream_control
+from jetserver.protocol.held import HELD_REPLY, HOLD, HeldRequest, Resumed
 from jetserver.protocol.reply import ANSWER_NOW, AnswerAtOnce, Handler, Reply, error_reply
 from jetserver.protocol.reply_send import send_at_once, send_rest
 from jetserver.protocol.socket_io import RECV_BYTES, SocketIO
@@ -126,6 +128,7 @@ class AcceptedConnection:
     (:meth:`_answer_at_once`); None: every request in its task."""
     _afters: set[asyncio.Future[None]] = attrs.field(factory=set)
     """The after-work of requests answered in the reader callback (held until done)."""
+    held: set[HeldRequest] = attrs.field(factory=set)  # in flight with no task (held.py)
 
     async def serve(self) -> None:
         """Run until the connection ends; never raises (errors are logged)."""
@@ -153,14 +156,17 @@ class AcceptedConnection:
             self._closing = True  # (an answer from a commit after this: nobody to read it)
             self.io.close()
 
-    def _spawn(self, frame: Frame) -> None:
-        """Run one request in its own asyncio task: a plain task costs about a fifth of an
-        anyio task group's (a cancel scope, an event and a handle per task, ~25 us on the
-        dev VM); :meth:`serve` waits for them and cancels them itself."""
-        assert self._loop is not None  # set by serve(), which reads the frames
-        task = self._loop.create_task(self._run_request(frame))
+    def _spawn(self, run: Coroutine[Any, Any, None]) -> None:
+        """Run a request (or a write) in a plain task: a fifth of an anyio task's cost."""
+        task = self._loop.create_task(run)  # type: ignore[union-attr]
         self._tasks.add(task)
         task.add_done_callback(self._request_done)
+
+    def _request_over(self) -> None:  # (a request's count in flight)
+        self._inflight -= 1
+        self._last_activity = time.monotonic()
+        if self._slot_freed is not None:
+            self._slot_freed.set()
 
     def _request_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -174,6 +180,17 @@ class AcceptedConnection:
     def _cancel_requests(self) -> None:
         for task in self._tasks:
             task.cancel()
+        for held in list(self.held):
+            held.cancel()
+
+    def held_end(self, held: HeldRequest, reply: Resumed | None) -> None:
+        """:meth:`HeldSide.held_end` (its count in flight: its task's, taken over)."""
+        self.held.discard(held)
+        if reply is not None:  # (closing: its write finds the connection closed)
+            return self._spawn(self._run_request(held.frame, reply))
+        self._request_over()
+        if self._tail is not None and not self._closing:
+            self._write_tail_soon()  # (the rest of its answer)
 
     def _take_whole(self, data: bytes) -> bool:
         """What the reader callback received while the read loop waits: a request frame
@@ -209,7 +226,7 @@ class AcceptedConnection:
         ):
             return True
         self._inflight += 1
-        self._spawn(Frame(api, flags, cid, body))
+        self._spawn(self._run_request(Frame(api, flags, cid, body)))
         return True
 
     def _answer_at_once(self, correlation_id: int, body: bytes) -> bool:
@@ -248,10 +265,7 @@ class AcceptedConnection:
     def _answer_later(self, frame: bytes) -> None:
         """The answer of a request :meth:`_answer_at_once` left in flight, from its commit:
         corked, what the commit pushes here too (a consumer's records) goes with it."""
-        self._inflight -= 1
-        self._last_activity = time.monotonic()
-        if self._slot_freed is not None:
-            self._slot_freed.set()
+        self._request_over()
         if self._corked is None:  # (the uncork: before the loop polls again, uvloop)
             self._cork(own_tail=True)
         self._send_held([frame], own_tail=True)
@@ -358,7 +372,7 @@ class AcceptedConnection:
                     self._slot_freed = asyncio.Event()
                     await self._slot_freed.wait()
                 self._inflight += 1
-                self._spawn(frame)
+                self._spawn(self._run_request(frame))
                 if frame.api == Api.PRODUCE_MANY:
                     # Its first step starts a task per section, and each section enters
                     # its partition in its task's first step: let them start before the
@@ -368,10 +382,10 @@ class AcceptedConnection:
                 if not more:
                     break  # (no next_frame call to find nothing)
 
-    async def _run_request(self, frame: Frame) -> None:
-        reply: Reply | None = None
+    async def _run_request(self, frame: Frame, resumed: Resumed | None = None) -> None:
+        reply: Reply | None = None  # (resumed: a held request's, protocol/held.py)
         try:
-            if hops.ENABLED:
+            if hops.ENABLED and resumed is None:
                 hops.mark(f"req.{_API_NAMES.get(frame.api, str(frame.api))}")
             api = frame.api
             if api == _FETCH_STREAM:
@@ -385,9 +399,9 @@ class AcceptedConnection:
                 corked = api == _PRODUCE and self._cork()
                 if api == _PRODUCE:
                     ANSWER_NOW.set(self.write_now)
-                elif api == _REPLICA_FETCH:  # a parked one's answer from the append's turn
-                    ANSWER_NOW.set(functools.partial(self.write_now, hop="resp.replica_fetch"))
-                reply = await self.handler(frame)
+                elif api == _REPLICA_FETCH and resumed is None:  # its wait with no task
+                    HOLD.set(HeldRequest(frame, self))
+                reply = await (self.handler(frame) if resumed is None else resumed)
                 if corked:  # (a later request's cancelled too: this uncork sends its frames)
                     soon = self._uncork_soon
                     if soon is not None:
@@ -407,10 +421,8 @@ class AcceptedConnection:
         finally:
             if frame.api == _FETCH_STREAM:
                 self._stream_controls.pop(frame.correlation_id, None)
-            self._inflight -= 1
-            self._last_activity = time.monotonic()
-            if self._slot_freed is not None:
-                self._slot_freed.set()
+            if reply is not HELD_REPLY:  # (a held request's count: HeldRequest's)
+                self._request_over()
             if reply is not None and reply.after is not None:
                 # Also when the write failed or was cancelled: the work is the request's.
                 # Not the connection's any more: its close must not cancel this (bounded)
@@ -493,9 +505,7 @@ class AcceptedConnection:
 
     def _write_tail_soon(self) -> None:
         """A task sends :attr:`_tail` (counted in :attr:`_writers`) under the write lock."""
-        task = self._loop.create_task(self._write_locked(b"", (), None))  # type: ignore[union-attr]
-        self._tasks.add(task)
-        task.add_done_callback(self._request_done)
+        self._spawn(self._write_locked(b"", (), None))
 
     async def _write(self, reply: Reply) -> None:
         records = reply.records
@@ -579,18 +589,8 @@ class AcceptedConnection:
         )
         reply = error_reply(api, correlation_id, code, message, details)
         self._closing = True
-        self._writers += 1
-        try:
-            with anyio.move_on_after(_CLOSE_NOTICE_TIMEOUT_S):
-                async with self._write_lock:
-                    with contextlib.suppress(OSError):
-                        tail, self._tail = self._tail, None
-                        if tail is not None:  # a response write_now began
-                            self._writers -= 1
-                            await self.io.send_all(tail)
-                        await self.io.send_all(reply.data)
-        finally:
-            self._writers -= 1
+        with contextlib.suppress(OSError), anyio.move_on_after(_CLOSE_NOTICE_TIMEOUT_S):
+            await self._write_locked(reply.data, (), None)  # (after a response begun)
 
     def _shutdown(self) -> None:
         """Stop reading and cancel in-flight requests; serve() then closes the socket."""

@@ -45,7 +45,7 @@ from jetserver.broker.live_settings import LiveLogSettings
 from jetserver.broker.local_streams import LocalStreams
 from jetserver.broker.pending_opens import PartitionOpening
 from jetserver.broker.produce import ProduceService
-from jetserver.broker.replica_answers import ReplicaFetchReply
+from jetserver.broker.replica_answers import HELD, ReplicaFetchReply
 from jetserver.broker.replica_fetch import SessionWakers, replica_fetch
 from jetserver.broker.replica_sessions import LeaderSessions
 from jetserver.broker.stream_info import StreamInfoCache
@@ -58,6 +58,7 @@ from jetserver.logs import fields
 from jetserver.protocol import json_api, stream_control
 from jetserver.protocol.connection import ANSWER_NOW, Reply, error_reply
 from jetserver.protocol.gate_port import RequestGate, Session
+from jetserver.protocol.held import HELD_REPLY, HOLD, HeldRequest
 from jetserver.protocol.produce_many import ProduceMany
 from jetserver.protocol.stream_admin import purge_partition, update_stream
 from jetserver.raft.errors import RaftError
@@ -497,17 +498,22 @@ class Dispatcher:
                 {"api": int(Api.REPLICA_FETCH)},
             )
         req = decode_replica_fetch_request(frame.body)
-        write_now = ANSWER_NOW.get()  # a parked lone partition's answer from the append's turn
+        held = HOLD.get()  # its wait with no task, a lone partition's answer from a callback
         reply = await replica_fetch(
             self.streams,
             self.config.limits,
             self.session_wakers,
             self.leader_sessions,
             req,
-            None if write_now is None else partial(_replica_answer_now, write_now, frame),
+            None if held is None else partial(_replica_answer_now, held.write_now, frame),
+            None if held is None else _HeldFetch(self, frame, held),
         )
         if reply.sent:
-            return _SENT
+            return HELD_REPLY if reply is HELD else _SENT
+        return self._replica_reply(frame, reply)
+
+    def _replica_reply(self, frame: Frame, reply: ReplicaFetchReply) -> Reply:
+        """The Reply of a ReplicaFetch answer (``reply`` not sent)."""
         # The last answer's records, which end the frame, go from their files (sendfile);
         # the rest is joined once (records read and joined copied them twice, and the
         # records of the other answers are still copied so).
@@ -554,6 +560,31 @@ def _answer_now(
     """A Produce request's response body framed and written now (``write_now``: its
     connection's :meth:`~jetserver.protocol.connection.AcceptedConnection.write_now`)."""
     return write_now(encode_frame(api, correlation_id, body, flags=FLAG_RESPONSE))
+
+
+@attrs.frozen
+class _HeldFetch:
+    """The broker's :class:`HeldFetch` of a ReplicaFetch request held by its connection."""
+
+    dispatcher: Dispatcher
+    frame: Frame
+    held: HeldRequest
+
+    def hold(self, cancel: Callable[[], None]) -> None:
+        self.held.hold(cancel)
+
+    def answered(self) -> None:
+        self.held.answered()
+
+    def resume(self, rest: Callable[[], Awaitable[ReplicaFetchReply]]) -> None:
+        self.held.resume(self._reply(rest))
+
+    async def _reply(self, rest: Callable[[], Awaitable[ReplicaFetchReply]]) -> Reply:
+        try:
+            reply = await rest()
+        except Exception as exc:
+            return self.dispatcher._error_reply(self.frame, exc)
+        return _SENT if reply.sent else self.dispatcher._replica_reply(self.frame, reply)
 
 
 def _replica_answer_now(

@@ -253,7 +253,24 @@ class LeaderState:
             self.served_end = end
 
     def _recompute_hw(self) -> bool:
-        candidate = min(self._value(m) for m in self.maximal_isr)
+        # The minimum of _value over the ISR, in one loop: three times a message at an RF
+        # 3 leader (its flush, each follower's report), a generator and a call a member.
+        durability = self.policy.durability
+        leader, followers = self.leader, self.followers
+        candidate: int | None = None
+        for m in self.maximal_isr:
+            if m == leader:
+                value = self.leo if durability == DURABILITY_WRITTEN else self.flushed
+            else:
+                progress = followers.get(m)
+                if progress is None:
+                    value = UNKNOWN
+                else:
+                    flushed = durability == DURABILITY_FLUSHED
+                    value = progress.flushed if flushed else progress.leo
+            if candidate is None or value < candidate:
+                candidate = value
+        assert candidate is not None  # (the leader is always in its ISR)
         if candidate > self.hw:
             if candidate > self.leo:
                 raise ReplicaInvariantViolation(
