@@ -3,11 +3,12 @@ change of its stream's metadata, kept on its replica.
 
 Of :meth:`~jetserver.broker.produce_one.OneProduce._check_one`'s checks, some depend on
 the message (its subject, size, the replica's queue and role now) and some only on the
-stream's metadata and the server's settings: the stream is not internal, the partition
-exists and is led here, its subject (and whether it has wildcards), the size limit,
-whether copies go to NATS. Those are found once and kept as a :class:`OneTarget` on the
-replica (``PartitionReplica.one_target``), for the :class:`StreamMeta` they were found
-for: metadata is immutable and every change makes a new ``StreamMeta`` (metadata/ops.py,
+stream's metadata: the stream is not internal, the partition exists and is led here, its
+subject (and whether it has wildcards), whether copies go to NATS. (The size limit is the
+replica's own ``max_message_bytes``, which broker/live_settings.py keeps current.) Those
+are found once and kept as a :class:`OneTarget` on the replica
+(``PartitionReplica.one_target``), for the :class:`StreamMeta` they were found for:
+metadata is immutable and every change makes a new ``StreamMeta`` (metadata/ops.py,
 ``attrs.evolve``), so the one identity test ``target.meta is meta`` tells a changed
 stream (an update, a leader change, a delete and create again) from the same one. A
 replica opened again is a new object, with no target.
@@ -35,7 +36,5 @@ class OneTarget:
     """The partition's subject."""
     wildcard: bool
     """True if :attr:`subject` has wildcards (each message then names its own)."""
-    max_bytes: int
-    """The largest message taken (the stream's limit, else the server's)."""
     copies: bool
     """True unless the stream has ``no_nats_copies``."""

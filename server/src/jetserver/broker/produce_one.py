@@ -413,7 +413,7 @@ class OneProduce:
             raise link_down()
         max_payload = link.max_payload
         if (
-            size > target.max_bytes
+            size > replica.max_message_bytes
             or (max_payload and len(payload) > max_payload)
             or record.controls is not None
         ):
@@ -424,7 +424,7 @@ class OneProduce:
         self, stream: str, partition: int, replica: PartitionReplica, meta: StreamMeta
     ) -> OneTarget | None:
         """:meth:`_check_one`'s checks of ``replica`` that depend only on the stream's
-        metadata ``meta`` (and the server's settings), kept on the replica for it; None
+        metadata ``meta``, kept on the replica for it; None
         (nothing kept) for the general path.
 
         Raises:
@@ -446,7 +446,6 @@ class OneProduce:
             meta,
             psubj,
             wildcard,
-            spec.max_message_bytes or self.limits.max_message_bytes,
             not spec.no_nats_copies,
         )
         return target
