@@ -15,6 +15,13 @@ whose other end is on the bridge; the test's own namespace gets one veth on the 
 a prefix made of this process's PID, and :meth:`NetLab.close` deletes everything made
 (namespaces, and the test namespace's veth), also after a failure.
 
+A lab's /24 is one no other link of the test namespace holds: labs of concurrent test
+processes, and the leftovers of a process killed before it could close its lab (a run
+cut by a timeout), would otherwise route the same addresses two ways, and the test could
+not reach its own servers. Creation is serialised by a lock file (``LOCK_PATH``); it first
+deletes the root links of labs whose process is gone, and their namespaces where nothing
+runs in them any more.
+
 Cuts are blackhole routes inside a host's namespace (iproute2 only, nothing to install): a
 host with a blackhole route to a peer can neither open nor keep a TCP connection with it
 in either direction (its SYN-ACKs and ACKs are dropped), while every other pair still
@@ -26,16 +33,25 @@ Every command is bounded (``COMMAND_TIMEOUT_S``) and checked.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import attrs
 
 COMMAND_TIMEOUT_S = 10.0
 HOST_OFFSET = 11
 """Host i (0-based) gets ``.{HOST_OFFSET + i}``."""
+SUBNET_BASE = "10.77"
+"""Labs use ``SUBNET_BASE.K.0/24``, K in ``SUBNET_THIRD``."""
+SUBNET_THIRD = range(20, 220)
+LOCK_PATH = "/run/lock/jet-netlab.lock"
+"""Held while a lab picks its subnet and builds, so two labs never pick the same one."""
+_LAB_NAME = re.compile(r"^jt(\d+)(\S*)$")
 
 
 class NetLabUnavailable(RuntimeError):
@@ -49,6 +65,67 @@ def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     if check and done.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed: {done.stderr.strip()}")
     return done
+
+
+@contextmanager
+def _creation_lock() -> Iterator[None]:
+    os.makedirs(os.path.dirname(LOCK_PATH), exist_ok=True)
+    with open(LOCK_PATH, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+
+
+def _thirds_in_use() -> set[int]:
+    """The K of every ``SUBNET_BASE.K.x`` address on a link of this namespace."""
+    listed = _run("ip", "-o", "-4", "addr", "show").stdout
+    found = re.findall(rf"inet {re.escape(SUBNET_BASE)}\.(\d+)\.\d+/", listed)
+    return {int(k) for k in found}
+
+
+def _free_third(in_use: set[int], *, start: int) -> int:
+    """The first K of ``SUBNET_THIRD`` not in ``in_use``, from a start spread by ``start``."""
+    n = len(SUBNET_THIRD)
+    for step in range(n):
+        third = SUBNET_THIRD[(start + step) % n]
+        if third not in in_use:
+            return third
+    raise RuntimeError(f"every {SUBNET_BASE}.K/24 of a network lab is in use")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_stale_labs() -> list[str]:
+    """Delete what labs of dead processes left: their root links (whose addresses would
+    shadow a new lab's routes) and their namespaces that no process runs in any more.
+    Nothing is killed; returns the names deleted."""
+    deleted: list[str] = []
+    for line in _run("ip", "-o", "link", "show").stdout.splitlines():
+        name = line.split(":", 2)[1].strip().split("@", 1)[0] if ":" in line else ""
+        owner = _LAB_NAME.match(name)
+        stale = owner is not None and owner.group(2) == "r0" and not _alive(int(owner.group(1)))
+        if stale and _run("ip", "link", "del", name, check=False).returncode == 0:
+            deleted.append(name)
+    for line in _run("ip", "netns", "list").stdout.splitlines():
+        name = line.split(" ", 1)[0]
+        owner = _LAB_NAME.match(name)
+        if owner is None or _alive(int(owner.group(1))):
+            continue
+        if _run("ip", "netns", "pids", name, check=False).stdout.strip():
+            continue
+        if _run("ip", "netns", "del", name, check=False).returncode == 0:
+            deleted.append(name)
+    return deleted
 
 
 def unavailable_reason() -> str | None:
@@ -90,13 +167,16 @@ class NetLab:
         reason = unavailable_reason()
         if reason is not None:
             raise NetLabUnavailable(reason)
-        pid = os.getpid() % 100_000
-        lab = cls(prefix=f"jt{pid}", hosts=tuple(hosts), subnet=f"10.77.{pid % 200 + 20}")
-        try:
-            lab._build()
-        except BaseException:
-            lab.close()
-            raise
+        pid = os.getpid()
+        with _creation_lock():
+            reap_stale_labs()
+            third = _free_third(_thirds_in_use(), start=pid)
+            lab = cls(prefix=f"jt{pid}", hosts=tuple(hosts), subnet=f"{SUBNET_BASE}.{third}")
+            try:
+                lab._build()
+            except BaseException:
+                lab.close()
+                raise
         return lab
 
     # ------------------------------------------------------------------ names
