@@ -116,12 +116,12 @@ async def _measure_io(quick: bool) -> None:
 
 def _consume(address: str, stream: str, max_bytes: int, rounds: int, out: Connection) -> None:
     """Consumer process: fetch the whole partition ``rounds`` times with blocking sockets."""
-    from jetsdk.codec.frames import Api, FrameDecoder, encode_frame
-    from jetsdk.codec.messages import (
+    from jetsdk.codec.fetch_messages import (
         FetchRequest,
         decode_fetch_response,
         encode_fetch_request,
     )
+    from jetsdk.codec.frames import Api, FrameDecoder, encode_frame
     from jetsdk.codec.record import HEADER_SIZE, peek_header
 
     host, port = address.rsplit(":", 1)

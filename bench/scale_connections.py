@@ -22,8 +22,8 @@ import anyio
 
 from bench.stats import pct
 from jetsdk import AckPolicy, Client, Producer
+from jetsdk.codec.fetch_messages import FetchRequest, encode_fetch_request
 from jetsdk.codec.frames import Api, encode_frame
-from jetsdk.codec.messages import FetchRequest, encode_fetch_request
 from jetserver.testing import reap
 from jetserver.testing.devcluster import DevCluster
 

@@ -29,6 +29,7 @@ import orjson
 
 from jetsdk.codec import envelope as env
 from jetsdk.codec import epoch_messages as epoch_msg
+from jetsdk.codec import fetch_messages as fetch_msg
 from jetsdk.codec import fetch_stream as fs
 from jetsdk.codec import frames as fr
 from jetsdk.codec import messages as msg
@@ -608,7 +609,7 @@ PRODUCE_RESULTS_TOO_LARGE = [
 ]
 """A Produce answer whose second message was over the stream's max_message_bytes (the
 first was stored; spec/protocol.md, "Stream settings")."""
-FETCH_REQ = msg.FetchRequest(
+FETCH_REQ = fetch_msg.FetchRequest(
     stream="orders", partition=0, offset=17, max_bytes=1048576, max_wait_ms=500
 )
 FETCH_STREAM_REQ = fs.FetchStreamRequest(
@@ -662,7 +663,7 @@ def produce_many_response_fields() -> Fields:
     }
 
 
-FETCH_REQ_FOLLOWER = msg.FetchRequest(
+FETCH_REQ_FOLLOWER = fetch_msg.FetchRequest(
     stream="orders",
     partition=3,
     offset=120,
@@ -696,7 +697,7 @@ def fetch_response_case(
     flags: int = RESP,
 ) -> Case:
     data = b"".join(encode_record(r) for r in records) + trailing
-    body = msg.encode_fetch_response_header(error_code, hw, log_start, leo, len(data)) + data
+    body = fetch_msg.encode_fetch_response_header(error_code, hw, log_start, leo, len(data)) + data
     fields = {
         "error_code": error_code,
         "hw": hw,
@@ -948,7 +949,7 @@ def protocol_file() -> dict[str, Any]:
                 "replica_flushed": -1,
                 "leader_epoch": -1,
             },
-            msg.encode_fetch_request(FETCH_REQ),
+            fetch_msg.encode_fetch_request(FETCH_REQ),
         ),
         frame_case(
             "fetch_request_follower",
@@ -966,7 +967,7 @@ def protocol_file() -> dict[str, Any]:
                 "replica_flushed": 118,
                 "leader_epoch": 4,
             },
-            msg.encode_fetch_request(FETCH_REQ_FOLLOWER),
+            fetch_msg.encode_fetch_request(FETCH_REQ_FOLLOWER),
         ),
         json_case(
             "offset_for_leader_epoch_request",
@@ -1187,7 +1188,7 @@ def protocol_file() -> dict[str, Any]:
         ),
     ]
     produce = msg.encode_produce_request(PRODUCE_REQ)
-    fetch = msg.encode_fetch_request(FETCH_REQ)
+    fetch = fetch_msg.encode_fetch_request(FETCH_REQ)
     stream = fs.encode_fetch_stream_request(FETCH_STREAM_REQ)
     many = produce_many_request_body(PRODUCE_MANY_SECTIONS)
     invalid: list[Case] = [
@@ -1328,13 +1329,13 @@ def protocol_file() -> dict[str, Any]:
         bad(
             "fetch_request_follower_without_replica_fields",
             "fetch_request",
-            msg.encode_fetch_request(FETCH_REQ_FOLLOWER)[:-16].hex(),
+            fetch_msg.encode_fetch_request(FETCH_REQ_FOLLOWER)[:-16].hex(),
             "truncated",
         ),
         bad(
             "fetch_request_consumer_with_replica_fields",
             "fetch_request",
-            (fetch + msg.encode_fetch_request(FETCH_REQ_FOLLOWER)[-16:]).hex(),
+            (fetch + fetch_msg.encode_fetch_request(FETCH_REQ_FOLLOWER)[-16:]).hex(),
             "malformed",
         ),
         bad(
@@ -1362,7 +1363,7 @@ def protocol_file() -> dict[str, Any]:
         bad(
             "fetch_response_records_len_mismatch",
             "fetch_response",
-            msg.encode_fetch_response_header(0, 1, 0, 1, 10).hex() + "00",
+            fetch_msg.encode_fetch_response_header(0, 1, 0, 1, 10).hex() + "00",
             "truncated",
         ),
     ]

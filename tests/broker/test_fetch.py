@@ -10,7 +10,8 @@ import anyio
 import pytest
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
-from jetsdk.codec.messages import FetchRequest, ProduceMessage
+from jetsdk.codec.fetch_messages import FetchRequest
+from jetsdk.codec.messages import ProduceMessage
 from jetsdk.codec.record import iter_records
 from jetserver.broker.fetch import FetchAnswer, fetch
 from jetserver.errors import ApiError

@@ -35,8 +35,8 @@ from cluster.streams import create_replicated, produce_all
 from cluster.views import replica_logs, wait_caught_up, wait_full_isr
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.fetch_messages import FetchRequest, decode_fetch_response, encode_fetch_request
 from jetsdk.codec.frames import Api
-from jetsdk.codec.messages import FetchRequest, decode_fetch_response, encode_fetch_request
 from jetsdk.codec.record import decode_record
 from jetsdk.codec.replica_fetch import (
     ReplicaFetchPartition,

@@ -18,8 +18,8 @@ from cluster.checkers import Stored
 from cluster.harness import Cluster, WaitTimeout, wait_until_async
 from cluster.records import read_disk_log, stored_from_raw
 from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.fetch_messages import FetchRequest, decode_fetch_response, encode_fetch_request
 from jetsdk.codec.frames import Api
-from jetsdk.codec.messages import FetchRequest, decode_fetch_response, encode_fetch_request
 from jetsdk.metadata import PartitionInfo
 from support.raw_client import RawClient, ServerError
 

@@ -7,12 +7,8 @@ from hypothesis import strategies as st
 
 from jetsdk.codec.envelope import EnvelopeAck, EnvelopeMessage
 from jetsdk.codec.error_codes import AckPolicy
-from jetsdk.codec.messages import (
-    FetchRequest,
-    ProduceMessage,
-    ProduceRequest,
-    ProduceResult,
-)
+from jetsdk.codec.fetch_messages import FetchRequest
+from jetsdk.codec.messages import ProduceMessage, ProduceRequest, ProduceResult
 from jetsdk.codec.record import Record
 
 PROPS = settings(max_examples=200, deadline=None)

@@ -15,6 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from jetsdk.codec import envelope as env
+from jetsdk.codec import fetch_messages as fetch_msg
 from jetsdk.codec import fetch_stream as fs
 from jetsdk.codec import messages as msg
 from jetsdk.codec import produce_many as pm
@@ -42,7 +43,7 @@ FUZZ = settings(max_examples=200, deadline=None)
 
 
 def decode_fetch_with_records(body: bytes) -> None:
-    _header, data = msg.decode_fetch_response(body)
+    _header, data = fetch_msg.decode_fetch_response(body)
     for _ in iter_records(data):
         pass
 
@@ -85,7 +86,7 @@ DECODERS: dict[str, Callable[[bytes], Any]] = {
     "produce_response_latest_values": lambda b: pv.decode_produce_response_values(b, True),
     "produce_many_request": pm.decode_produce_many_request,
     "produce_many_response": pm.decode_produce_many_response,
-    "fetch_request": msg.decode_fetch_request,
+    "fetch_request": fetch_msg.decode_fetch_request,
     "fetch_stream_request": fs.decode_fetch_stream_request,
     "cancel_fetch_stream_request": fs.decode_cancel_fetch_stream,
     "cancel_fetch_stream_response": fs.decode_cancel_fetch_stream_answer,
@@ -113,7 +114,7 @@ def only_codec_error(name: str, data: bytes) -> bool:
 
 def fetch_body(recs: list[Any]) -> bytes:
     data = b"".join(encode_record(r) for r in recs)
-    return msg.encode_fetch_response_header(0, 1, 0, 1, len(data)) + data
+    return fetch_msg.encode_fetch_response_header(0, 1, 0, 1, len(data)) + data
 
 
 replica_fetch_partitions = st.builds(
@@ -179,7 +180,7 @@ ENCODINGS: dict[str, st.SearchStrategy[bytes]] = {
     "produce_many_response": st.lists(
         st.builds(pm.ProduceSection, st.integers(0, 30), st.binary(max_size=20)), max_size=3
     ).map(pm.encode_produce_many_response),
-    "fetch_request": fetch_requests().map(msg.encode_fetch_request),
+    "fetch_request": fetch_requests().map(fetch_msg.encode_fetch_request),
     "fetch_stream_request": st.builds(
         fs.FetchStreamRequest,
         st.text(max_size=8),

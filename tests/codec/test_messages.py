@@ -18,6 +18,16 @@ from jetsdk.codec.error_codes import (
     is_retriable,
 )
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.fetch_messages import (
+    FETCH_RESPONSE_HEADER_SIZE,
+    FetchRequest,
+    FetchResponseHeader,
+    decode_fetch_request,
+    decode_fetch_response,
+    encode_fetch_records_frame,
+    encode_fetch_request,
+    encode_fetch_response_header,
+)
 from jetsdk.codec.frames import FLAG_MORE, FLAG_RESPONSE, encode_frame
 from jetsdk.codec.limits import (
     MAX_HEADER_COUNT,
@@ -26,23 +36,15 @@ from jetsdk.codec.limits import (
     MAX_SUBJECT_BYTES,
 )
 from jetsdk.codec.messages import (
-    FETCH_RESPONSE_HEADER_SIZE,
     ErrorBody,
-    FetchRequest,
-    FetchResponseHeader,
     ProduceMessage,
     ProduceRequest,
     ProduceResult,
     decode_error,
-    decode_fetch_request,
-    decode_fetch_response,
     decode_json,
     decode_produce_request,
     decode_produce_response,
     encode_error,
-    encode_fetch_records_frame,
-    encode_fetch_request,
-    encode_fetch_response_header,
     encode_json,
     encode_produce_request,
     encode_produce_response,

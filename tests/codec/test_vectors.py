@@ -10,6 +10,7 @@ import attrs
 import pytest
 
 from jetsdk.codec import envelope as env
+from jetsdk.codec import fetch_messages as fetch_msg
 from jetsdk.codec import fetch_stream as fs
 from jetsdk.codec import frames as fr
 from jetsdk.codec import messages as msg
@@ -281,7 +282,7 @@ def encode_body(body_type: str, f: Any) -> bytes:
     if body_type == "produce_response_latest_values":
         return pv.encode_produce_response_values(latest_results_of(f), latest=True)
     if body_type == "fetch_request":
-        return msg.encode_fetch_request(msg.FetchRequest(**f))
+        return fetch_msg.encode_fetch_request(fetch_msg.FetchRequest(**f))
     if body_type == "fetch_stream_request":
         return fs.encode_fetch_stream_request(fs.FetchStreamRequest(**f))
     if body_type == "cancel_fetch_stream_request":
@@ -299,7 +300,7 @@ def encode_body(body_type: str, f: Any) -> bytes:
     assert body_type == "fetch_response"
     data = b"".join(encode_record(record_of(r)) for r in f["records"])
     data += bytes.fromhex(f["trailing_hex"])
-    head = msg.encode_fetch_response_header(
+    head = fetch_msg.encode_fetch_response_header(
         f["error_code"], f["hw"], f["log_start"], f["leo"], len(data)
     )
     return head + data
@@ -333,7 +334,7 @@ def check_decoded_body(body_type: str, f: Any, body: bytes) -> None:
                 results = msg.decode_produce_response(section.body)
                 assert results == [msg.ProduceResult(**r) for r in want["results"]]
     elif body_type == "fetch_request":
-        assert msg.decode_fetch_request(body) == msg.FetchRequest(**f)
+        assert fetch_msg.decode_fetch_request(body) == fetch_msg.FetchRequest(**f)
     elif body_type == "fetch_stream_request":
         assert fs.decode_fetch_stream_request(body) == fs.FetchStreamRequest(**f)
     elif body_type == "cancel_fetch_stream_request":
@@ -353,7 +354,7 @@ def check_decoded_body(body_type: str, f: Any, body: bytes) -> None:
             replica_fetch_answers_of(f)
         )
     else:
-        header, records = msg.decode_fetch_response(body)
+        header, records = fetch_msg.decode_fetch_response(body)
         assert (header.error_code, header.hw, header.log_start, header.leo) == (
             f["error_code"],
             f["hw"],
@@ -395,10 +396,10 @@ DECODERS: dict[str, Any] = {
     "produce_request": msg.decode_produce_request,
     "produce_response": msg.decode_produce_response,
     "produce_response_current_values": pv.decode_produce_response_values,
-    "fetch_request": msg.decode_fetch_request,
+    "fetch_request": fetch_msg.decode_fetch_request,
     "produce_many_request": pm.decode_produce_many_request,
     "produce_many_response": pm.decode_produce_many_response,
-    "fetch_response": msg.decode_fetch_response,
+    "fetch_response": fetch_msg.decode_fetch_response,
     "fetch_stream_request": fs.decode_fetch_stream_request,
     "cancel_fetch_stream_request": fs.decode_cancel_fetch_stream,
     "cancel_fetch_stream_response": fs.decode_cancel_fetch_stream_answer,

@@ -16,13 +16,12 @@ import anyio
 import attrs
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.fetch_messages import decode_fetch_request, encode_fetch_response_header
 from jetsdk.codec.frames import Api, Frame
 from jetsdk.codec.messages import (
     ProduceResult,
-    decode_fetch_request,
     decode_produce_request,
     encode_error,
-    encode_fetch_response_header,
     encode_produce_response,
 )
 from jetsdk.codec.produce_many import (

@@ -13,13 +13,14 @@ import anyio
 import pytest
 
 from jetsdk import Client, Consumer, Producer
+from jetsdk.codec.fetch_messages import decode_fetch_response
 from jetsdk.codec.fetch_stream import (
     FetchStreamRequest,
     decode_cancel_fetch_stream_answer,
     encode_fetch_stream_request,
 )
 from jetsdk.codec.frames import FLAG_MORE, FLAG_RESPONSE, Api, Frame
-from jetsdk.codec.messages import ProduceMessage, ProduceRequest, decode_fetch_response
+from jetsdk.codec.messages import ProduceMessage, ProduceRequest
 from jetsdk.codec.record import iter_records
 from jetsdk.connection import Connection
 from jetsdk.consumer import fetch_source

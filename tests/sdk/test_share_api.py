@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import anyio
 import pytest
@@ -14,7 +15,7 @@ from jetsdk.codec.record import iter_records
 from jetsdk.consumer.share_consumer import LostOutcome, ShareSettings, read_share_group
 from jetsdk.consumer.share_fetch import poll_fetch
 from jetsdk.consumer.share_message import AcknowledgeType, ShareMessage
-from jetsdk.errors import JetError, OffsetOutOfRange
+from jetsdk.errors import InvalidArgument, JetError, OffsetOutOfRange
 from jetsdk.message import DONE
 from support.jet_dev import JetDev
 from support.names import unique
@@ -208,6 +209,28 @@ def test_group_is_required_and_keyword_only() -> None:
         ShareConsumer(None, "s")  # type: ignore[arg-type, call-arg]
     with pytest.raises(ValueError):
         ShareConsumer(None, group="g")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"group": "bad name"}, "group"),
+        ({"group": "g", "streams": ["s"]}, "streams"),  # s named twice
+        ({"group": "g", "streams": ["t"], "partitions": [0]}, "partitions"),
+        ({"group": "g", "batch": 0}, None),
+        ({"group": "g", "acks": "sometimes"}, None),
+    ],
+)
+def test_bad_arguments_are_invalid_argument_like_the_consumers(
+    kwargs: dict[str, Any], field: str | None
+) -> None:
+    """A JetError (InvalidArgument, still a ValueError), as Consumer raises for the same
+    stream arguments, not a bare ValueError."""
+    with pytest.raises(InvalidArgument) as refused:
+        ShareConsumer(None, "s", **kwargs)  # type: ignore[arg-type]
+    assert isinstance(refused.value, ValueError)
+    if field is not None:
+        assert refused.value.details["field"] == field
 
 
 async def test_implicit_acks(jet_dev: JetDev) -> None:

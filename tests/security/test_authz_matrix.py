@@ -16,16 +16,10 @@ import pytest
 
 from jetsdk import Client
 from jetsdk.acl import list_acls, set_acl
+from jetsdk.codec.fetch_messages import FetchRequest, encode_fetch_request
 from jetsdk.codec.fetch_stream import FetchStreamRequest, encode_fetch_stream_request
 from jetsdk.codec.frames import Api
-from jetsdk.codec.messages import (
-    AckPolicy,
-    FetchRequest,
-    ProduceMessage,
-    ProduceRequest,
-    encode_fetch_request,
-    encode_json,
-)
+from jetsdk.codec.messages import AckPolicy, ProduceMessage, ProduceRequest, encode_json
 from jetsdk.consumer.group_runtime import ensure_groups_stream
 from jetsdk.consumer.share_consumer import ensure_share_stream
 from jetsdk.errors import InvalidArgument, JetError, PermissionDenied

@@ -22,11 +22,13 @@ from jetserver.config.server import LimitsConfig
 from jetserver.protocol.connection import ANSWER_NOW, AcceptedConnection, Reply
 from jetserver.protocol.reply import AnswerAtOnce
 from jetserver.protocol.socket_io import SocketIO
+from jetserver.testing.waiting import wait_until_async
 from support.loop_tasks import tasks_made
 
 pytestmark = pytest.mark.anyio
 
 BOUND_S = 10.0
+POLL_S = 0.005
 
 
 def _response(correlation_id: int, body: bytes) -> bytes:
@@ -61,6 +63,35 @@ async def _serving(
             tg.start_soon(conn.serve)
             yield client
             tg.cancel_scope.cancel()
+
+
+class _TaskAnswers:
+    """A handler that answers every request from its task with ``task``, keeping the
+    correlation ids it was called with."""
+
+    def __init__(self) -> None:
+        self.handled: list[int] = []
+
+    async def __call__(self, frame: Frame) -> Reply:
+        self.handled.append(frame.correlation_id)
+        return Reply(_response(frame.correlation_id, b"task"))
+
+
+class _LeftToLater:
+    """An ``at_once`` that takes every Produce request and leaves its answer to a later
+    call (an ALL ack left to its commit), keeping those calls."""
+
+    def __init__(self) -> None:
+        self.laters: list[Callable[[bytes], None]] = []
+
+    def __call__(self, cid: int, body: bytes, later: Callable[[bytes], None]) -> tuple[bytes, Any]:
+        self.laters.append(later)
+        return b"", None
+
+    async def wait_for(self, count: int) -> None:
+        """Until ``count`` answers are left to later calls."""
+        what = f"{count} answers left to a later call"
+        await wait_until_async(lambda: len(self.laters) >= count, BOUND_S, what, interval_s=POLL_S)
 
 
 async def test_an_answer_is_on_the_socket_in_the_turn_that_settles_it() -> None:
@@ -285,9 +316,9 @@ async def test_a_produce_behind_a_request_in_flight_is_served_by_its_task() -> N
         with anyio.fail_after(BOUND_S):
             await parked.wait()
         client.sendall(encode_frame(Api.PRODUCE, 2, b"fast"))
-        with anyio.fail_after(BOUND_S):
-            while len(handled) < 2:  # noqa: ASYNC110 (bounded: the second's task)
-                await asyncio.sleep(0.005)
+        await wait_until_async(
+            lambda: len(handled) >= 2, BOUND_S, "the second's task", interval_s=POLL_S
+        )
         release.set()
         frames = await _read_frames(client, 2)
         client.sendall(encode_frame(Api.PRODUCE, 3, b"alone again"))
@@ -308,13 +339,10 @@ async def test_what_the_socket_does_not_take_of_an_answer_at_once_follows(
     the next answer."""
     short = _send_next_in_part(monkeypatch)
 
-    async def handler(frame: Frame) -> Reply:
-        return Reply(_response(frame.correlation_id, b"task"))
-
     def at_once(cid: int, body: bytes, _later: Any) -> tuple[bytes, Any] | None:
         return _response(cid, b"answer %d at once" % cid), None
 
-    async with _serving(handler, at_once) as client:
+    async with _serving(_TaskAnswers(), at_once) as client:
         client.sendall(encode_frame(Api.PRODUCE, 0, b"first: the read loop's"))
         await _read_frames(client, 1)
         short.append(True)  # the next answer: sent in part
@@ -334,38 +362,26 @@ async def test_a_produce_answered_later_stays_in_flight_until_its_answer() -> No
     to its task: none is answered at once ahead of it; the broker answers its tasks'
     ALL acks in commit order), and the later frame reaches the client from the loop
     callback that writes it."""
-    handled: list[int] = []
-    laters: list[Callable[[bytes], None]] = []
-
-    async def handler(frame: Frame) -> Reply:
-        handled.append(frame.correlation_id)
-        return Reply(_response(frame.correlation_id, b"task"))
-
-    def at_once(cid: int, body: bytes, later: Callable[[bytes], None]) -> tuple[bytes, Any]:
-        laters.append(later)
-        return b"", None
-
+    handler = _TaskAnswers()
+    at_once = _LeftToLater()
     async with _serving(handler, at_once) as client:
         client.sendall(encode_frame(Api.PRODUCE, 0, b"first: the read loop's"))
         await _read_frames(client, 1)
         with tasks_made() as made:
             client.sendall(encode_frame(Api.PRODUCE, 1, b"left to its commit"))
-            with anyio.fail_after(BOUND_S):
-                while not laters:  # noqa: ASYNC110 (bounded: the reader callback's)
-                    await asyncio.sleep(0.005)
+            await at_once.wait_for(1)  # (the reader callback's)
         assert made == []
         client.sendall(encode_frame(Api.PRODUCE, 2, b"behind it"))
-        with anyio.fail_after(BOUND_S):
-            while len(handled) < 2:  # noqa: ASYNC110 (bounded: its task's)
-                await asyncio.sleep(0.005)
+        await wait_until_async(
+            lambda: len(handler.handled) >= 2, BOUND_S, "its task", interval_s=POLL_S
+        )
         (task_answer,) = await _read_frames(client, 1)
+        laters = at_once.laters
         asyncio.get_running_loop().call_soon(laters[0], _response(1, b"from its commit"))
         (later_answer,) = await _read_frames(client, 1)
         client.sendall(encode_frame(Api.PRODUCE, 3, b"alone again"))
-        with anyio.fail_after(BOUND_S):
-            while len(laters) < 2:  # noqa: ASYNC110 (bounded: taken at once again)
-                await asyncio.sleep(0.005)
-    assert handled == [0, 2]
+        await at_once.wait_for(2)  # taken at once again
+    assert handler.handled == [0, 2]
     assert (task_answer.correlation_id, bytes(task_answer.body)) == (2, b"task")
     assert (later_answer.correlation_id, bytes(later_answer.body)) == (1, b"from its commit")
 
@@ -384,7 +400,6 @@ async def test_an_answer_later_and_a_push_of_the_same_callback_go_in_one_send(
         return real_send_now(self, data, more=more)
 
     pushes: list[Callable[[bytes], bool]] = []
-    laters: list[Callable[[bytes], None]] = []
     parked = asyncio.Event()
 
     async def tailing() -> Reply:
@@ -401,25 +416,20 @@ async def test_an_answer_later_and_a_push_of_the_same_callback_go_in_one_send(
             return Reply(first, then=tailing)
         return Reply(_response(frame.correlation_id, b"task"))
 
-    def at_once(cid: int, body: bytes, later: Callable[[bytes], None]) -> tuple[bytes, Any]:
-        laters.append(later)
-        return b"", None
-
+    at_once = _LeftToLater()
     async with _serving(handler, at_once) as client:
         client.sendall(encode_frame(Api.FETCH_STREAM, 1, b"tail"))
         await _read_frames(client, 1)
         with anyio.fail_after(BOUND_S):
             await parked.wait()
         client.sendall(encode_frame(Api.PRODUCE, 2, b"ack all"))
-        with anyio.fail_after(BOUND_S):
-            while not laters:  # noqa: ASYNC110 (bounded: the reader callback's)
-                await asyncio.sleep(0.005)
+        await at_once.wait_for(1)  # (the reader callback's)
         monkeypatch.setattr(SocketIO, "send_now", send_now)
         answer = _response(2, b"committed")
         push = encode_frame(Api.FETCH_STREAM, 1, b"records", flags=FLAG_RESPONSE)
 
         def commit() -> None:  # the fsync's end: the ALL answer, then the consumer's push
-            laters[0](answer)
+            at_once.laters[0](answer)
             assert pushes[0](push)
 
         asyncio.get_running_loop().call_soon(commit)

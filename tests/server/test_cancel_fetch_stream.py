@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.fetch_messages import decode_fetch_response
 from jetsdk.codec.fetch_stream import (
     FetchStreamRequest,
     decode_cancel_fetch_stream_answer,
@@ -13,7 +14,7 @@ from jetsdk.codec.fetch_stream import (
     encode_fetch_stream_request,
 )
 from jetsdk.codec.frames import FLAG_MORE, FLAG_RESPONSE, Api, Frame, encode_frame
-from jetsdk.codec.messages import ProduceMessage, decode_error, decode_fetch_response
+from jetsdk.codec.messages import ProduceMessage, decode_error
 from jetsdk.codec.record import iter_records
 from jetserver.server import Server
 from support.raw_client import RawClient

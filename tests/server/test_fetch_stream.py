@@ -12,18 +12,14 @@ import anyio
 import pytest
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.fetch_messages import FetchResponseHeader, decode_fetch_response
 from jetsdk.codec.fetch_stream import (
     MAX_FETCH_STREAM_RESPONSES,
     FetchStreamRequest,
     encode_fetch_stream_request,
 )
 from jetsdk.codec.frames import FLAG_MORE, FLAG_RESPONSE, Api, Frame, encode_frame
-from jetsdk.codec.messages import (
-    FetchResponseHeader,
-    ProduceMessage,
-    decode_error,
-    decode_fetch_response,
-)
+from jetsdk.codec.messages import ProduceMessage, decode_error
 from jetsdk.codec.record import Record, iter_records
 from jetserver.server import Server
 from support.jet_server import running_server

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.fetch_messages import decode_fetch_response
 from jetsdk.codec.fetch_stream import (
     MAX_FETCH_STREAM_RESPONSES,
     FetchStreamCredit,
@@ -19,7 +20,6 @@ from jetsdk.codec.messages import (
     ProduceMessage,
     ProduceRequest,
     decode_error,
-    decode_fetch_response,
     encode_produce_request,
 )
 from jetsdk.codec.record import iter_records

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
+from jetsdk.codec.fetch_messages import decode_fetch_response
 from jetsdk.codec.fetch_stream import FetchStreamRequest, encode_fetch_stream_request
 from jetsdk.codec.frames import Api, Frame, encode_frame
 from jetsdk.codec.messages import (
@@ -21,7 +22,6 @@ from jetsdk.codec.messages import (
     ProduceMessage,
     ProduceRequest,
     decode_error,
-    decode_fetch_response,
     encode_produce_request,
 )
 from jetsdk.codec.record import iter_records

@@ -36,17 +36,15 @@ from hypothesis import strategies as st
 from nats.aio.msg import Msg
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.fetch_messages import FetchRequest, decode_fetch_response, encode_fetch_request
 from jetsdk.codec.frames import FLAG_RESPONSE, Api, Frame, FrameDecoder, encode_frame
 from jetsdk.codec.limits import MAX_FRAME_BYTES
 from jetsdk.codec.messages import (
-    FetchRequest,
     ProduceMessage,
     ProduceRequest,
     decode_error,
-    decode_fetch_response,
     decode_json,
     decode_produce_response,
-    encode_fetch_request,
     encode_json,
     encode_produce_request,
 )

@@ -15,8 +15,9 @@ import anyio.lowlevel
 import pytest
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.fetch_messages import FetchRequest, encode_fetch_request
 from jetsdk.codec.frames import Api, encode_frame
-from jetsdk.codec.messages import FetchRequest, ProduceMessage, decode_error, encode_fetch_request
+from jetsdk.codec.messages import ProduceMessage, decode_error
 from jetserver.config.server import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,

@@ -9,8 +9,9 @@ import pytest
 from nats.aio.client import Client as NatsClient
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.fetch_messages import FetchRequest, encode_fetch_request
 from jetsdk.codec.frames import Api
-from jetsdk.codec.messages import FetchRequest, ProduceMessage, encode_fetch_request
+from jetsdk.codec.messages import ProduceMessage
 from jetserver.server import Server
 from jetserver.testing import nats_flushed
 from support.jet_server import running_server

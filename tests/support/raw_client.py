@@ -19,19 +19,21 @@ import attrs
 from anyio.abc import SocketStream
 
 from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.codec.fetch_messages import (
+    FetchRequest,
+    FetchResponseHeader,
+    decode_fetch_response,
+    encode_fetch_request,
+)
 from jetsdk.codec.frames import Api, Frame, FrameDecoder, encode_frame
 from jetsdk.codec.messages import (
     ErrorBody,
-    FetchRequest,
-    FetchResponseHeader,
     ProduceMessage,
     ProduceRequest,
     ProduceResult,
     decode_error,
-    decode_fetch_response,
     decode_json,
     decode_produce_response,
-    encode_fetch_request,
     encode_json,
     encode_produce_request,
 )

@@ -63,17 +63,10 @@ from jetsdk.client_requests import (
     parse_create_answer,
     partitions_matching,
 )
+from jetsdk.codec.fetch_messages import FetchRequest, FetchResponseHeader, encode_fetch_request
 from jetsdk.codec.frames import Api
 from jetsdk.codec.limits import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_MESSAGE_BYTES
-from jetsdk.codec.messages import (
-    FetchRequest,
-    FetchResponseHeader,
-    ProduceRequest,
-    ProduceResult,
-    encode_fetch_request,
-    encode_json,
-    encode_produce_request,
-)
+from jetsdk.codec.messages import ProduceRequest, ProduceResult, encode_json, encode_produce_request
 from jetsdk.connection import Connection, PendingResponse, RequestBody
 from jetsdk.describe import describe_at_leaders
 from jetsdk.errors import (

@@ -21,18 +21,19 @@ from jetsdk.errors import InvalidArgument, JetConnectionError, JetError, Unsuppo
 from jetsdk.metadata import ClusterMetadata
 from jetsdk.open_connections import OpenConnections
 from jetsdk.security import Credentials, authenticate, tls_context, tls_dialer
-from jetsdk.transport import Address, Dialer, parse_address, tcp_dialer
+from jetsdk.transport import DEFAULT_PORT, Address, Dialer, parse_address, tcp_dialer
 
 __all__ = [
     "DEFAULT_SERVERS",
     "ENV_SERVERS",
     "ConnectionPool",
     "choose_dialer",
+    "configured_servers",
     "greet",
     "resolve_servers",
 ]
 
-DEFAULT_SERVERS = ("127.0.0.1:9292",)
+DEFAULT_SERVERS = (f"127.0.0.1:{DEFAULT_PORT}",)
 """Used when neither ``servers`` nor $JET_SERVERS is given."""
 ENV_SERVERS = "JET_SERVERS"
 """Environment variable holding a comma-separated server list."""
@@ -47,6 +48,12 @@ def _listed_address(text: str) -> Address:
     return parse_address(text)
 
 
+def configured_servers() -> str:
+    """The server list a Client given none uses: $JET_SERVERS, else :data:`DEFAULT_SERVERS`
+    (comma-separated)."""
+    return os.environ.get(ENV_SERVERS) or ",".join(DEFAULT_SERVERS)
+
+
 def resolve_servers(servers: str | Sequence[str] | None) -> list[Address]:
     """Parse a server list: a sequence, a comma-separated string, or None ($JET_SERVERS,
     then 127.0.0.1:9292).
@@ -55,7 +62,7 @@ def resolve_servers(servers: str | Sequence[str] | None) -> list[Address]:
         InvalidArgument: an empty list or a malformed address.
     """
     if servers is None:
-        servers = os.environ.get(ENV_SERVERS) or ",".join(DEFAULT_SERVERS)
+        servers = configured_servers()
     if isinstance(servers, str):
         servers = servers.split(",")
     addresses = [parse_address(s) for s in servers if s.strip()]

@@ -12,14 +12,8 @@ from typing import Any, Literal, TypeVar
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.messages import (
-    FetchResponseHeader,
-    ProduceResult,
-    decode_fetch_response,
-    decode_json,
-    decode_produce_response,
-    encode_json,
-)
+from jetsdk.codec.fetch_messages import FetchResponseHeader, decode_fetch_response
+from jetsdk.codec.messages import ProduceResult, decode_json, decode_produce_response, encode_json
 from jetsdk.codec.produce_values import decode_produce_response_values
 from jetsdk.codec.stream_settings import SettingError, check_settings
 from jetsdk.errors import InvalidArgument, MalformedFrame, StreamExists, error_from_code

@@ -26,9 +26,7 @@ from typing import Any, NamedTuple
 from jetsdk.codec.epoch_messages import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.messages import (
-    FetchRequest,
-)
+from jetsdk.codec.fetch_messages import FetchRequest
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
 from jetserver.config.server import LimitsConfig

@@ -15,15 +15,13 @@ Prints ``console: http://HOST:PORT/`` once listening.
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 import anyio
 
 from jetsdk import Client
 from jetserver.cli.exit_codes import EXIT_OK
-from jetserver.cli.security_opts import security_kwargs
-from jetserver.cli.stream_cmd import client_command, run_with_client
+from jetserver.cli.stream_cmd import client_command, client_factory, run_with_client, servers_shown
 
 DEFAULT_PORT = 8080
 
@@ -56,11 +54,8 @@ def _console(args: argparse.Namespace) -> int:
     from jetserver.console.http import serve
     from jetserver.observe.sampler import ClusterSampler
 
-    kwargs = security_kwargs(args)
-    shown = args.servers or os.environ.get("JET_SERVERS", "127.0.0.1:9292")
-
-    def factory(servers: list[str] | None, timeout: float) -> Client:
-        return Client(servers or args.servers, connect_timeout=timeout, **kwargs)
+    shown = servers_shown(args)
+    factory = client_factory(args)
 
     async def body(client: Client) -> int:
         listener = await anyio.create_tcp_listener(local_host=args.host, local_port=args.port)

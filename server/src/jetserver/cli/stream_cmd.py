@@ -18,6 +18,7 @@ import orjson
 
 from jetsdk import AckPolicy, Client, JetConnectionError, JetError, StreamExists
 from jetsdk.client import DEFAULT_CONNECT_TIMEOUT, ENV_SERVERS
+from jetsdk.client_dial import DEFAULT_SERVERS, configured_servers
 from jetsdk.describe import merge_described
 from jetsdk.errors import InvalidArgument
 from jetsdk.metadata import StreamInfo
@@ -47,7 +48,7 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--servers",
         metavar="HOST:PORT[,...]",
-        help=f"servers to connect to (default: ${ENV_SERVERS}, then 127.0.0.1:9292)",
+        help=f"servers to connect to (default: ${ENV_SERVERS}, then {','.join(DEFAULT_SERVERS)})",
     )
     parser.add_argument(
         "--connect-timeout",
@@ -83,6 +84,23 @@ def add_command_group(
     sub = group.add_subparsers(dest=f"{name}_command", metavar=metavar)
     sub.required = True
     return group, sub
+
+
+def servers_shown(args: argparse.Namespace) -> str:
+    """The servers a command talks to, for its screen: ``--servers``, else the list the
+    client falls back to (:func:`jetsdk.client_dial.configured_servers`)."""
+    return str(args.servers or configured_servers())
+
+
+def client_factory(args: argparse.Namespace) -> Callable[[list[str] | None, float], Client]:
+    """``(servers or None for the command's, connect timeout) -> an unentered Client`` with
+    the command's security options (what ``jet top`` and ``jet console`` sample with)."""
+    kwargs = security_kwargs(args)
+
+    def factory(servers: list[str] | None, timeout: float) -> Client:
+        return Client(servers or args.servers, connect_timeout=timeout, **kwargs)
+
+    return factory
 
 
 def run_with_client(args: argparse.Namespace, body: Callable[[Client], Awaitable[int]]) -> int:

@@ -33,8 +33,13 @@ import anyio
 
 from jetsdk import Client, JetError
 from jetserver.cli.exit_codes import EXIT_OK
-from jetserver.cli.security_opts import security_kwargs
-from jetserver.cli.stream_cmd import client_command, positive_float, run_with_client
+from jetserver.cli.stream_cmd import (
+    client_command,
+    client_factory,
+    positive_float,
+    run_with_client,
+    servers_shown,
+)
 
 SORT_KEYS = ("stream", "in", "out", "lag", "hw")
 """``--sort`` choices (the same as :data:`jetserver.observe.top_view.SORT_KEYS`; rich is
@@ -92,11 +97,8 @@ def _top(args: argparse.Namespace) -> int:
     from jetserver.observe.top_view import FIXED_LINES, ViewState, keys_of, render
 
     view = ViewState(sort=args.sort, filter=args.stream)
-    kwargs = security_kwargs(args)
-    shown = args.servers or os.environ.get("JET_SERVERS", "127.0.0.1:9292")
-
-    def factory(servers: list[str] | None, timeout: float) -> Client:
-        return Client(servers or args.servers, connect_timeout=timeout, **kwargs)
+    shown = servers_shown(args)
+    factory = client_factory(args)
 
     async def body(client: Client) -> int:
         console = Console()

@@ -17,6 +17,11 @@ import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.fetch_messages import (
+    FETCH_RESPONSE_HEADER_SIZE,
+    decode_fetch_request,
+    encode_fetch_response_header,
+)
 from jetsdk.codec.fetch_stream import decode_fetch_stream_request
 from jetsdk.codec.frames import (
     FLAG_MORE,
@@ -26,15 +31,7 @@ from jetsdk.codec.frames import (
     encode_frame,
     encode_frame_header,
 )
-from jetsdk.codec.messages import (
-    FETCH_RESPONSE_HEADER_SIZE,
-    ProduceHead,
-    decode_fetch_request,
-    decode_json,
-    decode_produce_head,
-    encode_fetch_response_header,
-    encode_json,
-)
+from jetsdk.codec.messages import ProduceHead, decode_json, decode_produce_head, encode_json
 from jetsdk.codec.replica_fetch import (
     decode_replica_fetch_request,
     replica_fetch_response_parts,

@@ -33,11 +33,11 @@ import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.fetch_messages import decode_fetch_request
 from jetsdk.codec.fetch_stream import decode_fetch_stream_request
 from jetsdk.codec.frames import FLAG_RESPONSE, Api, Frame, encode_frame
 from jetsdk.codec.messages import (
     ProduceHead,
-    decode_fetch_request,
     decode_json,
     decode_produce_head,
     decode_produce_request,

@@ -1,5 +1,5 @@
-"""Fetch request and response bodies (spec/protocol.md, "7 Fetch"), field by field;
-:mod:`jetsdk.codec.messages` exports them too."""
+"""Fetch request and response bodies (spec/protocol.md, "7 Fetch"), field by field (the
+one place they are defined: :mod:`jetsdk.codec.messages` holds the other APIs' bodies)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 ("20 FetchStreamCredit").
 
 The request is a consumer Fetch's fields (no ``replica_id``) and ``max_responses``; each
-response is a Fetch response body (:func:`jetsdk.codec.messages.decode_fetch_response`),
+response is a Fetch response body (:func:`jetsdk.codec.fetch_messages.decode_fetch_response`),
 every one but the last in a frame with the "more" flag (``FLAG_MORE``).
 
 Pure functions of bytes (no I/O); the decoder raises :class:`CodecError` and nothing else.

@@ -3,7 +3,7 @@
 JSON APIs (Hello, Metadata, CreateStream, DeleteStream, DescribeStream, ListOffsets) and
 error responses use :func:`encode_json` / :func:`decode_json` and the error helpers;
 OffsetForLeaderEpoch has its own module (:mod:`jetsdk.codec.epoch_messages`), Fetch too
-(:mod:`jetsdk.codec.fetch_messages`, exported here as well); Produce has a binary body,
+(:mod:`jetsdk.codec.fetch_messages`); Produce has a binary body,
 encoded and decoded here field by field.
 
 This module is pure: no I/O. Decoders raise only :class:`CodecError`; encoders raise
@@ -22,7 +22,6 @@ import attrs
 import orjson
 
 from jetsdk.codec import _wire as w
-from jetsdk.codec import fetch_messages as _fetch
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode, error_name
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.limits import MAX_KEY_BYTES, MAX_SUBJECT_BYTES, MAX_VALUE_BYTES
@@ -563,16 +562,3 @@ def decode_produce_result_tuples(
         return list(_RESULT.iter_unpack(memoryview(body)[4:]))
     except w.DECODE_ERRORS as exc:
         raise w.convert(exc, "produce response") from None
-
-
-# --------------------------------------------------------------------------------------
-# Fetch (jetsdk.codec.fetch_messages), where the callers have always found it
-
-FETCH_RESPONSE_HEADER_SIZE = _fetch.FETCH_RESPONSE_HEADER_SIZE
-FetchRequest = _fetch.FetchRequest
-FetchResponseHeader = _fetch.FetchResponseHeader
-encode_fetch_request = _fetch.encode_fetch_request
-decode_fetch_request = _fetch.decode_fetch_request
-encode_fetch_response_header = _fetch.encode_fetch_response_header
-encode_fetch_records_frame = _fetch.encode_fetch_records_frame
-decode_fetch_response = _fetch.decode_fetch_response

@@ -70,7 +70,12 @@ from jetsdk.consumer.positions import (
 from jetsdk.consumer.processed import ProcessedOffsets
 from jetsdk.consumer.progress import Progress
 from jetsdk.consumer.simple import SimpleCommits
-from jetsdk.consumer.values import OffsetAndMetadata, PartitionRef, PartitionsCallback
+from jetsdk.consumer.values import (
+    OffsetAndMetadata,
+    PartitionRef,
+    PartitionsCallback,
+    stream_names,
+)
 from jetsdk.errors import ClientClosed, InvalidArgument, PartitionNotFound
 from jetsdk.group.assignors import Assignor
 from jetsdk.group.errors import NoCommittedOffset
@@ -175,17 +180,7 @@ class Consumer:
             raise ValueError("max_bytes must be >= 1 and max_wait >= 0")
         if max_unacked < 1:
             raise ValueError("max_unacked must be >= 1")
-        names = list(streams or ())
-        if stream is not None:
-            names.insert(0, stream)
-        if not names or len(set(names)) != len(names):
-            raise InvalidArgument(
-                "name a stream, or distinct streams", details={"field": "streams"}
-            )
-        if partitions is not None and len(names) != 1:
-            raise InvalidArgument(
-                "partitions= needs exactly one stream", details={"field": "partitions"}
-            )
+        names = stream_names(stream, streams, partitions)
         self.client = client
         self.streams: tuple[str, ...] = tuple(names)
         """The streams read (in a group: the subscription)."""

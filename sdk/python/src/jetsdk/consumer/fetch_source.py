@@ -38,13 +38,13 @@ import attrs
 
 from jetsdk.client import Client
 from jetsdk.client_requests import decode_fetch_answer
+from jetsdk.codec.fetch_messages import FetchResponseHeader
 from jetsdk.codec.fetch_stream import (
     MAX_FETCH_STREAM_RESPONSES,
     FetchStreamRequest,
     encode_fetch_stream_request,
 )
 from jetsdk.codec.frames import Api
-from jetsdk.codec.messages import FetchResponseHeader
 from jetsdk.connection import Connection
 from jetsdk.errors import JetError
 from jetsdk.group.stream_partition import StreamPartition

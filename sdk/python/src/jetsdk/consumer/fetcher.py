@@ -30,7 +30,7 @@ import attrs
 from jetsdk.client import Client
 from jetsdk.codec.compression import plain_records
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.messages import FetchResponseHeader
+from jetsdk.codec.fetch_messages import FetchResponseHeader
 from jetsdk.codec.record import HEADER_SIZE, Record, iter_records, peek_header
 from jetsdk.consumer.fetch_source import FetchSource
 from jetsdk.consumer.positions import ResetPolicy, reset_offset

@@ -53,7 +53,8 @@ from jetsdk.consumer.share_streams import (
     share_stream_info,
     write_dead_letter,
 )
-from jetsdk.errors import JetError, OffsetOutOfRange
+from jetsdk.consumer.values import stream_names
+from jetsdk.errors import InvalidArgument, JetError, OffsetOutOfRange
 from jetsdk.message import Done
 from jetsdk.share.member import Handout, LostOutcome, ShareConfig, ShareMember
 from jetsdk.share.records import Settings, share_stream_name
@@ -157,19 +158,15 @@ class ShareConsumer:
         start: StartPosition | None = None,
     ) -> None:
         share_stream_name(group)
-        names = ([stream] if stream is not None else []) + list(streams or ())
-        if not names or len(set(names)) != len(names):
-            raise ValueError("give stream or streams, each stream once")
-        if partitions is not None and len(names) != 1:
-            raise ValueError("partitions needs exactly one stream")
+        names = stream_names(stream, streams, partitions)
         if (ack_deadline is not None and ack_deadline <= 0) or (
             max_deliveries is not None and max_deliveries < 1
         ):
-            raise ValueError("ack_deadline and max_deliveries must be positive")
+            raise InvalidArgument("ack_deadline and max_deliveries must be positive")
         if batch < 1 or max_held < 1:
-            raise ValueError("batch and max_held must be positive")
+            raise InvalidArgument("batch and max_held must be positive")
         if acks not in ("explicit", "implicit"):
-            raise ValueError(f"acks must be 'explicit' or 'implicit', not {acks!r}")
+            raise InvalidArgument(f"acks must be 'explicit' or 'implicit', not {acks!r}")
         self.client = client
         self.streams = tuple(names)
         self.stream = names[0]

@@ -17,7 +17,7 @@ import attrs
 
 from jetsdk.client import Client
 from jetsdk.codec.compression import plain_records
-from jetsdk.codec.messages import FetchResponseHeader
+from jetsdk.codec.fetch_messages import FetchResponseHeader
 from jetsdk.codec.record import Record, iter_records, peek_header
 from jetsdk.errors import JetError, OffsetOutOfRange
 from jetsdk.retry import RetryPolicy

@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 import orjson
 
-from jetsdk.errors import JetError
+from jetsdk.errors import InvalidArgument, JetError
 
 __all__ = [
     "MAX_DELIVERIES_LIMIT",
@@ -82,10 +82,14 @@ def share_stream_name(group: str) -> str:
     """The share log's stream name for ``group``.
 
     Raises:
-        ValueError: not a valid group name (1..200 of ``[A-Za-z0-9_.-]``).
+        InvalidArgument: not a valid group name (1..200 of ``[A-Za-z0-9_.-]``; a
+            ValueError too).
     """
     if not _GROUP_NAME.match(group):
-        raise ValueError(f"share group name must be 1..200 of [A-Za-z0-9_.-], not {group!r}")
+        raise InvalidArgument(
+            f"share group name must be 1..200 of [A-Za-z0-9_.-], not {group!r}",
+            details={"field": "group"},
+        )
     return SHARE_STREAM_PREFIX + group
 
 
