@@ -41,6 +41,7 @@ from support.fsync_fault import ShimUnavailable, shim_path
 from support.jet_dev import JetDev
 from support.nats_server import NatsServer
 from support.parallel import WorkerLoad, announce_groups_file, arrange, make_scheduler
+from support.timeout_guard import held_alarm
 
 settings.register_profile("jet", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("jet")
@@ -117,6 +118,14 @@ def pytest_configure(config: pytest.Config) -> None:
     announce_groups_file(config)
     forking.use(True)
     use_settings(CLUSTER_SETTINGS)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport() -> Iterator[None]:
+    """pytest-timeout's alarm held while pytest makes the report (support.timeout_guard):
+    a failure formatted on a loaded machine must not abort the run."""
+    with held_alarm():
+        yield
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

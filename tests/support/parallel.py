@@ -141,10 +141,10 @@ GROUPS_ENV = "JET_TEST_GROUPS_FILE"
 """Environment variable: the file where workers write ``{node id: group}``."""
 DURATIONS_FILE = Path(__file__).with_name("durations.json")
 """``{node id: seconds}`` of the slowest tests of parallel runs (tests/support/durations.py
-writes it from their ``--durations`` lists): now the 100 slowest of the fresh-clone CI run of
-28cc2762 (2026-11-30, 574.85 s: 97 tests, the rest of the list were phases of the same
-tests), and for 31 tests of 3.8-7.3 s not among them, their times in the run of 3d62eea
-(2026-11-29) the table held before; the others count :data:`DEFAULT_TEST_S`."""
+writes it from their ``--durations`` lists): now the medians over the slowest 100 of the
+last three fresh-clone CI runs on the dev VM (8fafda6c 571.75 s, f2c5cf6d 623.64 s, b766
+692.47 s; /work/notes/s25, s26), and for the tests none of them lists, the seconds the
+table held before (runs of 28cc2762 and 3d62eea); the others count :data:`DEFAULT_TEST_S`."""
 DEFAULT_TEST_S = 0.2
 """Seconds of a test the table does not list (most take well under a second)."""
 BUSY_S = 5.0

@@ -4,8 +4,10 @@ tests that exist, and the per-worker seconds printed at the end."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
+from support import durations
 from support.parallel import (
     BUSY_S,
     CLUSTER_LANE_OF,
@@ -92,3 +94,25 @@ def test_the_machines_busy_share_over_the_run_and_in_the_tail() -> None:
         "CPU busy (whole machine, /proc/stat): 63% over the run; 10% in its last 20.0 s,"
         " after all workers but one had ended"
     )
+
+
+def test_the_durations_tool_keeps_listed_tests_of_the_old_table_and_drops_gone_files(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "tests").mkdir()
+    for name in ("a", "b", "c"):
+        (tmp_path / "tests" / f"test_{name}.py").write_text("")
+    logs = [
+        "12.00s call     tests/test_a.py::test_x\n1.50s setup    tests/test_a.py::test_x\n",
+        "9.00s call     tests/test_a.py::test_x\n2.00s call     tests/test_c.py::test_z\n",
+    ]
+    previous = {
+        "tests/test_a.py::test_x": 30.0,  # listed again: the logs' median replaces it
+        "tests/test_b.py::test_y": 4.2,  # in no log: kept
+        "tests/test_gone.py::test_w": 6.0,  # its file is gone: dropped
+    }
+    assert durations.table(logs, previous, root=tmp_path) == {
+        "tests/test_a.py::test_x": 11.2,  # median of 13.5 and 9.0
+        "tests/test_b.py::test_y": 4.2,
+        "tests/test_c.py::test_z": 2.0,
+    }
