@@ -64,6 +64,7 @@ from bench.heap import full_collections, settle_heap
 from bench.pacing import paced
 from bench.stats import pct, ratio_text
 from jetsdk import AckPolicy, Client, Consumer, Producer
+from jetsdk.producer.compression_stage import DEFAULT_OFFLOAD_BYTES
 from jetserver.testing import find_nats_server
 from jetserver.testing.devcluster import DevCluster
 
@@ -201,11 +202,12 @@ async def jet_publish(
     window: int = WINDOW,
     max_in_flight: int = 4,
     compression: str | None = None,
-    compression_offload_bytes: int | None = None,
+    compression_offload_bytes: int | None = DEFAULT_OFFLOAD_BYTES,
 ) -> float:
     """Messages per second for ``n`` acked sends of ``value`` through a window of ``window``
     (and ``max_in_flight`` Produce requests per partition, values compressed with
-    ``compression`` if given, in a worker thread from ``compression_offload_bytes``)."""
+    ``compression`` if given, in a worker thread from ``compression_offload_bytes``, the
+    producer's default; None: on the loop)."""
     async with Producer(
         client,
         stream,

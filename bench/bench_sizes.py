@@ -17,7 +17,8 @@ process on asyncio (nats-py is asyncio-only). For each value size in SIZES:
 - at the sizes of COMPRESSION_SIZES (``JET_BENCH_COMPRESSION_SIZES``, default 16 KiB):
   publish ack LEADER of a JSON-like and a random value, with ``Producer(compression=
   "zstd")`` and without (and the JSON-like one with ``"lz4"``, and with zstd in the
-  producer's worker thread: ``compression_offload_bytes``), vs JetStream streams with
+  producer's worker thread, its default, and on the event loop: ``compression_offload_bytes``
+  None), vs JetStream streams with
   and without s2 store compression; MiB/s of payload as sent;
 - then, at the sizes of RF3_SIZES (``JET_BENCH_RF3_SIZES``, default 16 KiB; empty: none),
   three jet servers and three clustered nats-servers: publish ack ALL to an RF 3 stream vs
@@ -69,6 +70,7 @@ from bench.bench_sdk import (
 )
 from jetsdk import AckPolicy, Client
 from jetsdk.producer.accumulator import DEFAULT_MAX_BATCH_BYTES
+from jetsdk.producer.compression_stage import DEFAULT_OFFLOAD_BYTES
 from jetserver.testing.devcluster import DevCluster
 
 SIZES = (100, 1024, 16 * 1024, 256 * 1024, 1024 * 1024)
@@ -176,10 +178,10 @@ async def jet_publish(
     n: int,
     ack: AckPolicy,
     compression: str | None = None,
-    offload: int | None = None,
+    offload: int | None = DEFAULT_OFFLOAD_BYTES,
 ) -> float:
     """bench_sdk's acked publish, with this size's value, window and requests in flight
-    (``offload``: the producer's ``compression_offload_bytes``)."""
+    (``offload``: the producer's ``compression_offload_bytes``, its default unless given)."""
     size = len(value)
     return await bench_sdk.jet_publish(
         client, stream, n, ack, value, _window(size), _in_flight(size), compression, offload

@@ -39,6 +39,7 @@ import anyio
 import orjson
 
 from jetsdk import AckPolicy, Client, Consumer, Producer
+from jetsdk.producer.compression_stage import DEFAULT_OFFLOAD_BYTES
 from jetserver.testing import NatsServer
 from jetserver.testing.cluster import Cluster
 from jetserver.testing.in_process import running_server
@@ -49,9 +50,9 @@ IN_FLIGHT = int(os.environ.get("JET_PROFILE_IN_FLIGHT", "4"))
 """Produce requests in flight (``JET_PROFILE_IN_FLIGHT``; bench sizes holds up to 32)."""
 COMPRESSION = os.environ.get("JET_PROFILE_COMPRESSION") or None
 """The producer's compression (``JET_PROFILE_COMPRESSION``: zstd or lz4; none by default)."""
-OFFLOAD = int(os.environ.get("JET_PROFILE_OFFLOAD", "0")) or None
-"""The producer's ``compression_offload_bytes`` (``JET_PROFILE_OFFLOAD``; none by default:
-compressed on the event loop)."""
+OFFLOAD = int(os.environ.get("JET_PROFILE_OFFLOAD", DEFAULT_OFFLOAD_BYTES)) or None
+"""The producer's ``compression_offload_bytes`` (``JET_PROFILE_OFFLOAD``; 0: none, every
+value compressed on the event loop; the producer's default if not set)."""
 ACK = os.environ.get("JET_PROFILE_ACK", "")
 """``all`` or ``leader`` (``JET_PROFILE_ACK``); default: LEADER at RF 1, ALL at RF 3."""
 VALUES = os.environ.get("JET_PROFILE_VALUES", "random")

@@ -38,6 +38,7 @@ from jetsdk.codec.messages import (
 from jetsdk.codec.record import encode_body
 from jetsdk.codec.record_controls import record_controls
 from jetsdk.codec.transcode import (
+    SPLIT_ENVELOPE_MIN,
     SPLIT_VALUE_MIN,
     DirectRecord,
     SplitEnvelope,
@@ -271,10 +272,12 @@ def test_produce_result_tuples(results: list[ProduceResult]) -> None:
 def test_split_envelopes_are_the_joined_ones_with_large_values_left_in_the_request(
     producer_id: int | None,
 ) -> None:
-    """With ``split``, a value of SPLIT_VALUE_MIN bytes or more is not copied: its envelope
-    is its head and a view of the request body, which written one after the other are the
-    joined envelope byte for byte (CRC included); smaller values are joined as before."""
-    sizes = [100, SPLIT_VALUE_MIN - 1, SPLIT_VALUE_MIN, 1 << 20]
+    """With ``split``, a value of SPLIT_ENVELOPE_MIN bytes or more (16 KiB) is not copied:
+    its envelope is its head and a view of the request body, which written one after the
+    other are the joined envelope byte for byte (CRC included); smaller values are joined
+    as before."""
+    assert SPLIT_ENVELOPE_MIN == 16 * 1024
+    sizes = [100, SPLIT_ENVELOPE_MIN - 1, SPLIT_ENVELOPE_MIN, SPLIT_VALUE_MIN, 1 << 20]
     messages = tuple(
         ProduceMessage(bytes([i + 1]) * size, key=b"k", headers=(("h", b"v"),))
         for i, size in enumerate(sizes)
@@ -284,7 +287,7 @@ def test_split_envelopes_are_the_joined_ones_with_large_values_left_in_the_reque
     _head, joined = produce_envelopes(body, "_INBOX.a")
     _head, split = produce_envelopes(body, "_INBOX.a", split=True)
     assert [type(e) for _s, _n, e in joined] == [bytes] * len(sizes)
-    assert [type(e) for _s, _n, e in split] == [bytes, bytes, SplitEnvelope, SplitEnvelope]
+    assert [type(e) for _s, _n, e in split] == [bytes, bytes, *[SplitEnvelope] * 3]
     for m, (_s, size, whole), (_t, split_size, part) in zip(messages, joined, split, strict=True):
         assert whole is not None
         assert part is not None

@@ -98,13 +98,13 @@ def test_a_plain_produce_response_must_hold_exactly_its_count_of_results(
 
 
 def _large_request() -> tuple[msg.ProduceRequest, list[bytes]]:
-    big = [bytes([i]) * (msg.SEPARATE_VALUE_MIN_BYTES + i) for i in range(3)]
+    big = [bytes([i]) * (msg.PART_VALUE_MIN_BYTES + i) for i in range(3)]
     messages = (
         msg.ProduceMessage(b"small"),
         msg.ProduceMessage(big[0]),
         msg.ProduceMessage(big[1]),  # two large values in a row: nothing joined between
         msg.ProduceMessage(big[2], subject="s.x", key=b"k", headers=(("h", b"v"),)),
-        msg.ProduceMessage(b"s" * (msg.SEPARATE_VALUE_MIN_BYTES - 1)),
+        msg.ProduceMessage(b"s" * (msg.PART_VALUE_MIN_BYTES - 1)),
     )
     return msg.ProduceRequest("s", 2, AckPolicy.ALL, 100, messages, producer_id=7), big
 

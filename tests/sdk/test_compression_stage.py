@@ -2,7 +2,8 @@
 more off the event loop (jetsdk.producer.compression_stage): in a worker thread, the
 messages still stored in send order (short values between long ones included), counted
 against ``max_pending``, drained by ``flush``, and failed with ClientClosed if the producer
-closes first. Without it (the default) every value is compressed on the loop's thread."""
+closes first. By default values of 8 KiB and more go there (DEFAULT_OFFLOAD_BYTES); with
+``compression_offload_bytes=None`` every value is compressed on the loop's thread."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ pytest.importorskip("zstandard")
 from jetsdk import Client, ClientClosed, Consumer, Producer
 from jetsdk.codec.compression import COMPRESSION_HEADER, ValueCompressor, decompress_value
 from jetsdk.codec.record import Record, iter_records
+from jetsdk.producer.compression_stage import DEFAULT_OFFLOAD_BYTES
 from jetsdk.producer.handle import SendHandle
 from support.jet_dev import JetDev
 from support.names import unique
@@ -180,12 +182,10 @@ async def test_an_awaited_send_does_not_overtake_what_the_stage_holds(
             assert max(long_offsets) < short.offset, (long_offsets, short.offset)
 
 
-async def test_by_default_values_are_compressed_on_the_loop(
+async def test_with_offload_none_values_are_compressed_on_the_loop(
     stream: tuple[Client, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without ``compression_offload_bytes`` no value goes to a worker thread: the stage
-    measured slower than the loop on 2 cores shared with the server (it used to be on for
-    values of 8 KiB and more)."""
+    """With ``compression_offload_bytes=None`` no value goes to a worker thread."""
     threads: list[int] = []
     compress = ValueCompressor.compress
 
@@ -196,13 +196,50 @@ async def test_by_default_values_are_compressed_on_the_loop(
     monkeypatch.setattr(ValueCompressor, "compress", recording)
     values = [_json_like(64 * 1024, i) for i in range(8)]
     client, name = stream
-    async with Producer(client, name, compression="zstd") as producer:
+    async with Producer(
+        client, name, compression="zstd", compression_offload_bytes=None
+    ) as producer:
         handles = [await producer.send_soon(value) for value in values]
         offsets = [(await h).offset for h in handles]
     assert offsets == list(range(len(values)))
     stored = await _stored(client, name, len(values))
     assert set(threads) == {threading.get_ident()}
     assert len(threads) == len(values)
+    for offset, value in enumerate(values):
+        assert dict(stored[offset].headers).get(COMPRESSION_HEADER) == b"zstd"
+        assert decompress_value("zstd", stored[offset].value) == value
+
+
+async def test_by_default_long_values_are_compressed_off_the_loop(
+    stream: tuple[Client, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default values of DEFAULT_OFFLOAD_BYTES and more are compressed in a worker
+    thread (a batch at a time, measured faster than on the loop), shorter ones on the
+    loop's thread; all stored compressed, in send order."""
+    loop_thread = threading.get_ident()
+    threads: dict[int, int] = {}
+    compress, compress_many = ValueCompressor.compress, ValueCompressor.compress_many
+
+    def recording(self: ValueCompressor, value: bytes) -> bytes | None:
+        threads[len(value)] = threading.get_ident()
+        return compress(self, value)
+
+    def recording_many(self: ValueCompressor, values: list[bytes]) -> list[bytes | None]:
+        threads.update((len(v), threading.get_ident()) for v in values)
+        return compress_many(self, values)
+
+    monkeypatch.setattr(ValueCompressor, "compress", recording)
+    monkeypatch.setattr(ValueCompressor, "compress_many", recording_many)
+    long_size, short_size = DEFAULT_OFFLOAD_BYTES, DEFAULT_OFFLOAD_BYTES - 1
+    values = [_json_like(long_size, 1), _json_like(short_size, 2)]
+    client, name = stream
+    async with Producer(client, name, compression="zstd") as producer:
+        assert producer.compression_offload_bytes == DEFAULT_OFFLOAD_BYTES == 8 * 1024
+        offsets = [(await producer.send(value)).offset for value in values]
+    assert offsets == [0, 1]
+    assert threads[long_size] != loop_thread
+    assert threads[short_size] == loop_thread
+    stored = await _stored(client, name, len(values))
     for offset, value in enumerate(values):
         assert dict(stored[offset].headers).get(COMPRESSION_HEADER) == b"zstd"
         assert decompress_value("zstd", stored[offset].value) == value

@@ -132,3 +132,43 @@ async def test_bodies_in_parts_are_gathered_when_large_and_few_else_joined(
     # and many-part ones and the plain large body: header + body. The small one: one
     # joined frame, not gathered.
     assert client_end.buffers == [1 + len(large), 1 + len(views), 2, 2, 2]
+
+
+class _RestCountingStream(_CountingStream):
+    """A counting stream that also counts the writes of what a first send left: part by
+    part (``write``) or gathered (``write_gathered``)."""
+
+    writes: int = 0
+    rests_gathered: int = 0
+
+    async def write(self, data: bytes | memoryview) -> None:
+        self.writes += 1
+        await super().write(data)
+
+    async def write_gathered(self, buffers: Sequence[bytes | memoryview]) -> None:
+        self.rests_gathered += 1
+        await super().write_gathered(buffers)
+
+
+async def test_the_rest_of_a_body_in_parts_is_written_gathered(anyio_backend: str) -> None:
+    """Issue 39: what the socket did not take of a body in parts (a 1 MiB Produce request
+    of 16 KiB values: its head and 64 values, not joined) was written a part at a time,
+    a send for each 16 KiB value and each few bytes between them; it goes in gathered
+    sends, and the peer reads every body whole and in order."""
+    a, b = socket.socketpair()
+    for s in (a, b):
+        s.setblocking(False)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)  # sends split in pieces
+    client_end = _RestCountingStream(a, label="a")
+    peer = FramePeer(SocketByteStream(b, label="b"))
+    rng = random.Random(1639)
+    bodies: list[RequestBody] = []
+    for _ in range(4):
+        parts: list[bytes] = [b"head"]
+        for _ in range(64):
+            parts += [b"\x00\x00", rng.randbytes(16 * 1024)]
+        bodies.append(tuple(parts))
+    got = await _send_and_receive(client_end, peer, Api.PRODUCE, bodies)
+    assert got == [b"".join(body) for body in bodies]
+    assert client_end.rests_gathered >= 1  # the socket took a 1 MiB body in pieces
+    assert client_end.writes == 0

@@ -17,7 +17,7 @@ from nats.aio.client import Client as NatsClient
 from jetsdk.codec.envelope import parse_nats_payload
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage
-from jetsdk.codec.transcode import SPLIT_VALUE_MIN
+from jetsdk.codec.transcode import SPLIT_ENVELOPE_MIN, SPLIT_VALUE_MIN
 from jetserver.broker.stored_copy import STORED_HEADER
 from jetserver.server import Server
 from support.raw_client import RawClient
@@ -64,10 +64,10 @@ async def test_a_lone_requests_copies_go_without_a_future(
 async def test_large_values_are_copied_to_nats_from_the_request_byte_for_byte(
     jet: Server, nc: NatsClient
 ) -> None:
-    """A value of SPLIT_VALUE_MIN bytes or more goes to NATS as its envelope's head and a
-    view of the request (not joined into one more copy): the subscriber gets the same
+    """A value of SPLIT_ENVELOPE_MIN bytes or more goes to NATS as its envelope's head and
+    a view of the request (not joined into one more copy): the subscriber gets the same
     envelope, its CRC checking, and the partition stores each value once."""
-    values = [b"s" * 100, b"m" * SPLIT_VALUE_MIN, b"l" * (512 * 1024)]
+    values = [b"s" * 100, b"k" * SPLIT_ENVELOPE_MIN, b"m" * SPLIT_VALUE_MIN, b"l" * (512 * 1024)]
     with anyio.fail_after(BOUND_S):
         async with await RawClient.connect(jet.address) as c:
             await c.create_stream(name="big", subject="big.x")
@@ -85,13 +85,16 @@ async def test_large_values_are_copied_to_nats_from_the_request_byte_for_byte(
     assert [r.value for r in stored] == values
 
 
+@pytest.mark.parametrize("sizes", [[900 * 1024], [SPLIT_ENVELOPE_MIN] * 8])
 async def test_a_large_values_bytes_are_crc_checked_once(
-    jet: Server, nc: NatsClient, monkeypatch: pytest.MonkeyPatch
+    jet: Server, nc: NatsClient, monkeypatch: pytest.MonkeyPatch, sizes: list[int]
 ) -> None:
     """Issue 39: the server ran CRC-32 over a large value twice, once for its NATS copy's
     envelope and once for its record. The value's CRC is taken once and both follow from
-    it (crc32_combine): fewer than 1.5 times the value's bytes are scanned for a 900 KiB
-    value, and both CRCs still check, the subscriber's envelope and the stored record."""
+    it (crc32_combine): fewer than 1.5 times the values' bytes are scanned for a 900 KiB
+    value and for a request of 16 KiB ones (SPLIT_ENVELOPE_MIN; they were scanned twice
+    below 64 KiB), and both CRCs still check, the subscriber's envelopes and the stored
+    records."""
     import os
 
     from jetsdk.codec import transcode
@@ -106,21 +109,22 @@ async def test_a_large_values_bytes_are_crc_checked_once(
             return real(data, start)
 
         monkeypatch.setattr(module, "_crc32", counting)
-    value = os.urandom(900 * 1024)
+    values = [os.urandom(size) for size in sizes]
     with anyio.fail_after(BOUND_S):
         async with await RawClient.connect(jet.address) as c:
             await c.create_stream(name="once", subject="once.x")
             copies = await Subscriber.of(nc, "once.x")
             scanned[0] = 0
             results = await c.produce(
-                "once", 0, [ProduceMessage(value, key=b"k")], ack_policy=AckPolicy.ALL
+                "once", 0, [ProduceMessage(v, key=b"k") for v in values], ack_policy=AckPolicy.ALL
             )
-            assert [(r.error_code, r.offset) for r in results] == [(ErrorCode.NONE, 0)]
-            seen = await copies.wait_for(1)
+            assert [(r.error_code, r.offset) for r in results] == [
+                (ErrorCode.NONE, i) for i in range(len(values))
+            ]
+            seen = await copies.wait_for(len(values))
             used = scanned[0]
-            stored = await c.collect("once", 0, 1)
-    assert used < 1.5 * len(value), used
-    envelope = parse_nats_payload(seen[0].data)  # checks the envelope's CRC
-    assert envelope is not None
-    assert envelope.value == value
-    assert [r.value for r in stored] == [value]
+            stored = await c.collect("once", 0, len(values))
+    assert used < 1.5 * sum(sizes), used
+    envelopes = [parse_nats_payload(m.data) for m in seen]  # checks the envelopes' CRCs
+    assert [e.value if e is not None else None for e in envelopes] == values
+    assert [r.value for r in stored] == values

@@ -17,6 +17,7 @@ from nats.aio.client import Client as NatsClient
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest, encode_produce_request
 from jetsdk.codec.transcode import (
+    SPLIT_ENVELOPE_MIN,
     SPLIT_VALUE_MIN,
     DirectRecord,
     one_message_envelope,
@@ -281,7 +282,7 @@ def _body(messages: list[ProduceMessage], **options: Any) -> bytes:
         ProduceMessage(b"v", key=b"k"),
         ProduceMessage(b"v", key=b""),
         ProduceMessage(b"v", subject="s.\u00e9"),
-        ProduceMessage(b"x" * (SPLIT_VALUE_MIN - 1), key=b"k" * 300),
+        ProduceMessage(b"x" * (SPLIT_ENVELOPE_MIN - 1), key=b"k" * 300),
         ProduceMessage(b"v", headers=(("h", b"1"),)),
         ProduceMessage(b"v", key=b"k", headers=(("a", b""), ("b\u00e9", b"x" * 70))),
     ],

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 import anyio.abc
@@ -160,6 +160,8 @@ class Connection:
         self._write_gathered_now: Callable[[Sequence[bytes]], int] | None = (
             getattr(stream, "write_gathered_now", None) if self._write_now is not None else None
         )
+        self._write_gathered: Callable[[Sequence[bytes | memoryview]], Awaitable[None]] | None
+        self._write_gathered = getattr(stream, "write_gathered", None)  # (plain TCP's)
         self.server_info: dict[str, object] = {}
         """The Hello response, once the owner sent Hello (empty before)."""
         self._side_tasks: anyio.abc.TaskGroup | None = None
@@ -440,8 +442,11 @@ class Connection:
         deadline = anyio.current_time() + self._write_timeout
         with anyio.CancelScope(shield=True, deadline=deadline) as scope:
             try:
-                for data in parts:
-                    await self._stream.write(data)
+                if self._write_gathered is not None and len(parts) > 1:
+                    await self._write_gathered(parts)  # not a send a part
+                else:
+                    for data in parts:
+                        await self._stream.write(data)
             except JetConnectionError as exc:
                 error = exc
         if scope.cancelled_caught:

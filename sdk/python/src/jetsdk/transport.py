@@ -188,6 +188,10 @@ class AnyioByteStream:
                 await self.stream.aclose()
 
 
+GATHER_MAX_BUFFERS = 512
+"""Most buffers one gathered send takes (Linux's IOV_MAX is 1024)."""
+
+
 @attrs.define(eq=False)
 class SocketByteStream:
     """:class:`ByteStream` over a connected non-blocking TCP socket, on asyncio and trio.
@@ -231,6 +235,31 @@ class SocketByteStream:
                     await anyio.wait_writable(self.sock)
                     continue
                 view = view[sent:]
+
+    async def write_gathered(self, buffers: Sequence[bytes | memoryview]) -> None:
+        """:meth:`write` of ``buffers`` back to back, in gathered sends (sendmsg, at most
+        GATHER_MAX_BUFFERS buffers a send): the rest of a request frame in parts (a head
+        and its values) goes out in as many sends as the socket needs, not one a part."""
+        views = [memoryview(b) for b in buffers]
+        at = 0  # views[:at] are sent
+        with map_io_errors(f"write to {self.label}"):
+            while at < len(views):
+                if self._closed:
+                    raise JetConnectionError(f"write to {self.label}: closed")
+                try:
+                    sent = self.sock.sendmsg(views[at : at + GATHER_MAX_BUFFERS])
+                except (BlockingIOError, InterruptedError):
+                    await anyio.wait_writable(self.sock)
+                    continue
+                while sent:
+                    size = len(views[at])
+                    if sent < size:
+                        views[at] = views[at][sent:]
+                        break
+                    sent -= size
+                    at += 1
+                while at < len(views) and not views[at]:
+                    at += 1
 
     def write_now(self, data: bytes) -> int:
         """Send what the socket takes of ``data`` now, without waiting; return how many

@@ -214,8 +214,13 @@ class ProduceResult:
 
 
 SEPARATE_VALUE_MIN_BYTES = 64 * 1024
+"""The one-message encodings (:mod:`jetsdk.codec.produce_one`,
+:mod:`jetsdk.codec.produce_values`) leave a value of at least this many bytes to
+:func:`encode_produce_request_parts`."""
+PART_VALUE_MIN_BYTES = 16 * 1024
 """A value of at least this many bytes stays a part of its own in
-:func:`encode_produce_request_parts` (not joined into the body)."""
+:func:`encode_produce_request_parts` (not joined into the body). It was 64 KiB: a 1 MiB
+request of 16 KiB values was joined, one more copy of every value (issue 39)."""
 
 
 def encode_produce_request(req: ProduceRequest) -> bytes:
@@ -229,7 +234,7 @@ def encode_produce_request(req: ProduceRequest) -> bytes:
 
 def encode_produce_request_parts(req: ProduceRequest) -> bytes | tuple[bytes, ...]:
     """:func:`encode_produce_request`, with every value of at least
-    :data:`SEPARATE_VALUE_MIN_BYTES` left as it is: the body as parts (the bytes between
+    :data:`PART_VALUE_MIN_BYTES` left as it is: the body as parts (the bytes between
     two such values joined, each such value the caller's object itself) to be written
     back to back with one gathered write, not joined first (issue 39: at 1 MiB the join
     was a fresh buffer and a copy of every value, a fifth of the producer's CPU). Without
@@ -255,7 +260,7 @@ def encode_produce_request_parts(req: ProduceRequest) -> bytes | tuple[bytes, ..
 
 def _produce_request_parts(req: ProduceRequest) -> tuple[list[bytes], list[int]]:
     """The parts of a Produce request body, and the indexes among them of the values of
-    at least :data:`SEPARATE_VALUE_MIN_BYTES`."""
+    at least :data:`PART_VALUE_MIN_BYTES`."""
     if req.ack_policy not in _ACK_POLICIES:
         raise CodecError(f"unknown ack policy {req.ack_policy}", reason="limit")
     parts: list[bytes] = list(_stream_field(req.stream))
@@ -287,7 +292,7 @@ def _produce_request_parts(req: ProduceRequest) -> tuple[list[bytes], list[int]]
                 raise CodecError(f"value of {n} bytes exceeds {MAX_VALUE_BYTES}", reason="limit")
             append(_PLAIN_MESSAGE_HEAD)
             append(pack_u32(n))
-            if n >= SEPARATE_VALUE_MIN_BYTES and type(value) is bytes:  # immutable
+            if n >= PART_VALUE_MIN_BYTES and type(value) is bytes:  # immutable
                 separate.append(len(parts))
             append(value)
             continue
@@ -295,7 +300,7 @@ def _produce_request_parts(req: ProduceRequest) -> tuple[list[bytes], list[int]]
         w.put_key(parts, msg.key)
         w.put_headers(parts, msg.headers)
         w.put_value(parts, value)
-        if len(value) >= SEPARATE_VALUE_MIN_BYTES:
+        if len(value) >= PART_VALUE_MIN_BYTES:
             separate.append(len(parts) - 1)
     return parts, separate
 

@@ -40,6 +40,7 @@ from jetsdk.codec.messages import ProduceHead, decode_produce_head
 from jetsdk.codec.record_controls import RecordControls, record_controls
 
 __all__ = [
+    "SPLIT_ENVELOPE_MIN",
     "SPLIT_VALUE_MIN",
     "DirectRecord",
     "EnvelopeBytes",
@@ -79,8 +80,13 @@ _CORR_TEXT = tuple(str(i) for i in range(_CORR16_CACHED))
 """The same as text."""
 
 SPLIT_VALUE_MIN = 64 * 1024
+"""The one-message paths (:func:`one_message_envelope`, the key CAS one) leave values from
+this size on to :func:`produce_envelopes`."""
+SPLIT_ENVELOPE_MIN = 16 * 1024
 """Values from this size on are left out of their envelope's bytes by
-:func:`produce_envelopes` with ``split`` (:class:`SplitEnvelope`)."""
+:func:`produce_envelopes` with ``split`` (:class:`SplitEnvelope`), their CRC taken once for
+the envelope and the record. It was SPLIT_VALUE_MIN: a 16 KiB value was copied into its
+envelope and scanned twice (issue 39)."""
 
 
 class SplitEnvelope:
@@ -190,7 +196,7 @@ def produce_envelopes(
     :func:`~jetsdk.codec.messages.decode_produce_request` decodes. With ``records``, each
     message's :class:`DirectRecord` is appended to it too (None where the envelope is).
     ``head``: the body's :func:`~jetsdk.codec.messages.decode_produce_head`, if the caller
-    has it already. ``split``: a value of :data:`SPLIT_VALUE_MIN` bytes or more is not
+    has it already. ``split``: a value of :data:`SPLIT_ENVELOPE_MIN` bytes or more is not
     copied into its envelope, which comes as a :class:`SplitEnvelope` (its head and a view
     of ``body``: the caller keeps ``body`` unchanged while it holds them).
 
@@ -288,7 +294,7 @@ def produce_envelopes(
             # once: the envelope's and its record's follow from it (crc32_combine).
             value = view[value_pos:end]
             value_crc = -1
-            if split and vlen >= SPLIT_VALUE_MIN and combine is not None:
+            if split and vlen >= SPLIT_ENVELOPE_MIN and combine is not None:
                 value_crc = crc32(value, 0)
                 crc = pack_u32(combine(crc32(env_head, prefix_crc), value_crc, len(value)))
             else:
@@ -314,7 +320,7 @@ def produce_envelopes(
                         ),
                     )
                 )
-            if split and vlen >= SPLIT_VALUE_MIN:
+            if split and vlen >= SPLIT_ENVELOPE_MIN:
                 append((subject, size, SplitEnvelope(b"".join((prefix, crc, env_head)), value)))
             else:
                 append((subject, size, b"".join((prefix, crc, env_head, value))))

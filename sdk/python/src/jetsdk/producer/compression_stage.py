@@ -16,13 +16,18 @@ overtake a long one of the same partition, and the
 :class:`~jetsdk.codec.compression.ValueCompressor` (whose skipping after incompressible
 values depends on their order) sees the values in send order, from one thread at a time.
 
-The stage is off by default (``compression_offload_bytes=None``): it pays only where the
-producer's process has a core to spare. On a 2-core machine with the server beside the
-producer, at 16 KiB, the stage (compressing value by value then) measured slower than
-compressing on the loop (bench sizes, quiet, medians of 3 alternating pairs: JSON-like zstd
-166 vs 187 MiB/s, lz4 234.5 vs 247.4), though the producer's CPU per MiB was lower with it
-(bench.profile_bytes, zstd, load 10-13, 4 alternating rounds: 4.7, and 4.1 with zstd's
-batches, against 5.6 ms/MiB on the loop). bench sizes' "zstd thread" row is the A/B.
+The stage is on by default for values of DEFAULT_OFFLOAD_BYTES and more
+(``compression_offload_bytes=None``: off, every value compressed on the loop). Compressing
+value by value in the thread, it once measured slower than the loop on a 2-core machine with
+the server beside the producer (bench sizes, quiet, 16 KiB, medians of 3 alternating pairs:
+JSON-like zstd 166 vs 187 MiB/s, lz4 234.5 vs 247.4), and was turned off; with zstd's
+batches (one library call a batch) it is the faster one: bench sizes at 16 KiB (quiet, 5
+alternating rounds, load 1.3-1.6) JSON-like zstd 179.3 MiB/s (1.60x JetStream with s2) in
+the thread against 153.1 (1.47x) on the loop, jet's CPU 7.9 against 8.7 ms/MiB; and
+bench.profile_bytes (zstd, JSON-like 16 KiB, 3 alternating pairs, load 34-42) producer CPU
+5.63 / 5.63 / 5.31 against 7.19 / 6.87 / 6.25 ms/MiB on the loop, faster in each pair; lz4
+(not batched) 5.00 against 5.16 ms/MiB (medians, load 41-50), faster in each pair.
+bench sizes' "zstd on the loop" row is the A/B.
 
 A value whose compression fails in the thread (a codec error) is sent as it is, which the
 message size limit allows (checked on the value as it is), and the failure logged.
@@ -49,8 +54,17 @@ from jetsdk.errors import ClientClosed
 from jetsdk.producer.checks import compressed, message_size
 from jetsdk.producer.handle import SendHandle
 
-__all__ = ["MAX_STAGE_BATCH", "CompressionStage", "compressed_message", "compressed_messages"]
+__all__ = [
+    "DEFAULT_OFFLOAD_BYTES",
+    "MAX_STAGE_BATCH",
+    "CompressionStage",
+    "compressed_message",
+    "compressed_messages",
+]
 
+DEFAULT_OFFLOAD_BYTES = 8 * 1024
+"""The producer's default ``compression_offload_bytes``: values this long and longer are
+compressed in the stage's worker thread (module docstring: measured faster than the loop)."""
 MAX_STAGE_BATCH = 256
 """Most values one worker-thread call compresses: the first ones enter the accumulator
 (and get sent) while later ones are still being compressed."""
