@@ -10,10 +10,11 @@ of three ways, alternating in short rounds so that the machine's load falls on b
   false``): :meth:`Log.begin_sync` on the loop, the fdatasync and :meth:`Log.end_sync` in
   a ``jet-sync`` thread (woken by its lock), the end heard in the loop's I/O phase
   (an eventfd, :mod:`jetserver.storage.loop_waker`);
-- ``wait``: a design not in the server, for comparison: the fsync in a ``jet-sync``
+- ``wait``: ``[storage] fsync_loop_wait_ms`` (:meth:`FsyncRunner.flush_waited`,
+  storage/waited_sync.py): after the same turn as ``loop``'s, the fsync in a ``jet-sync``
   thread as ``thread``'s, the loop waiting for its end on a lock (the GIL released) up
   to :data:`WAIT_S`: the loop blocks as for ``loop``, but at most that long (a hung
-  disk would stop it for no longer), and no loop wake-up comes back.
+  disk stops it for no longer), and no loop wake-up comes back.
 
 Per way: the time from the append to the loop callback that has the fsync's end (p50,
 p99, µs), this process's CPU per fsync (user + system, all threads) and its context
@@ -29,7 +30,6 @@ import asyncio
 import os
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,8 +37,7 @@ from pathlib import Path
 from bench.bench_sdk import _load
 from bench.stats import pct
 from jetserver.storage import Log
-from jetserver.storage.fsync_runner import FsyncRunner
-from jetserver.storage.fsync_threads import SYNCS
+from jetserver.storage.fsync_runner import LATE, FsyncRunner
 
 RATE = 500
 """fsyncs a second (one 100 B record appended before each)."""
@@ -82,44 +81,23 @@ def _in_thread(
     loop.call_soon(runner.sync_in_thread_then, log_, loop, ended)
 
 
-def _waiting(log_: Log, loop: asyncio.AbstractEventLoop, done: Callable[[], None]) -> None:
-    def fsync() -> None:
-        pending = log_.begin_sync()
-        if pending is None or isinstance(pending, int):
-            raise RuntimeError("no fsync to run")
-        ended = threading.Lock()
-        ended.acquire()
-        state = threading.Lock()
-        late: list[bool] = []  # (under state) the loop stopped waiting
-        over: list[bool] = []  # (under state) the job ended
-
-        def job() -> None:
-            try:
-                os.fdatasync(pending.fd)
-            finally:
-                log_.end_sync(pending, None)
-                with state:
-                    over.append(True)
-                    tell = bool(late)
-                ended.release()
-                if tell:  # its end goes to the loop as a callback
-                    loop.call_soon_threadsafe(done)
-
-        SYNCS.submit(job)
-        if ended.acquire(timeout=WAIT_S):
-            done()
-            return
-        with state:
-            if not over:
-                late.append(True)
-                return
+def _waiting(
+    runner: FsyncRunner, log_: Log, loop: asyncio.AbstractEventLoop, done: Callable[[], None]
+) -> None:
+    def ended(_flushed: int, error: BaseException | None) -> None:
+        if error is not None:
+            raise error
         done()
 
-    loop.call_soon(fsync)
+    def fsync() -> None:
+        if runner.flush_waited(log_, loop, ended) != LATE:
+            done()
+
+    loop.call_soon(loop.call_soon, fsync)  # (the probe turn, as the loop fsync's)
 
 
 async def _round(
-    way: str, log_: Log, runner: FsyncRunner, secs: float
+    way: str, log_: Log, runners: tuple[FsyncRunner, FsyncRunner], secs: float
 ) -> tuple[list[float], float, float]:
     loop = asyncio.get_running_loop()
     lat: list[float] = []
@@ -137,9 +115,9 @@ async def _round(
         if way == "loop":
             _on_loop(log_, loop, done)
         elif way == "thread":
-            _in_thread(runner, log_, loop, done)
+            _in_thread(runners[0], log_, loop, done)
         else:
-            _waiting(log_, loop, done)
+            _waiting(runners[1], log_, loop, done)
         await ended
         await asyncio.sleep(max(0.0, 1 / RATE - (time.perf_counter() - start)))
     cpu = (time.process_time() - cpu0) / n * 1e6
@@ -149,13 +127,13 @@ async def _round(
 async def _rounds(rounds: int, secs: float) -> None:
     with tempfile.TemporaryDirectory(prefix="jet-handoff-") as tmp:
         log_ = Log.open(Path(tmp) / "log")
-        runner = FsyncRunner()
+        runners = (FsyncRunner(), FsyncRunner(loop_wait_s=WAIT_S))
         per: dict[str, list[tuple[float, float, float, float]]] = {}
         try:
-            await _round("thread", log_, runner, 0.5)  # (the worker thread started)
+            await _round("thread", log_, runners, 0.5)  # (the worker thread started)
             for r in range(rounds):
                 for way in WAYS if r % 2 == 0 else WAYS[::-1]:
-                    lat, cpu, switches = await _round(way, log_, runner, secs)
+                    lat, cpu, switches = await _round(way, log_, runners, secs)
                     p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
                     per.setdefault(way, []).append((p50, p99, cpu, switches))
                     print(

@@ -15,10 +15,11 @@ Before the first round this process's heap is collected and frozen (:mod:`bench.
 With ``JET_BENCH_AGAINST=<path of another jet work tree>`` a second jet server runs that
 tree's code beside this one (``A`` = this tree, ``B`` = that one), in the same rounds: an
 A/B of two builds on the same machine at the same moments. With ``JET_LIGHT_FSYNC_SIDES=1``
-each tree runs two servers instead, ``<tag>loop`` (the default: the fsync on the event loop
-when the runner allows it) and ``<tag>thread`` (``[storage] fsync_on_loop = false``: every
-fsync in a worker thread), in the same rounds. Run: ``python -m bench light [--quick]``
-(quick: 3 rounds of 3 s, else 8 rounds of 4 s).
+each tree runs three servers instead, ``<tag>loop`` (the default: the fsync on the event loop
+when the runner allows it), ``<tag>thread`` (``[storage] fsync_on_loop = false``: every
+fsync in a worker thread) and ``<tag>wait`` (``[storage] fsync_loop_wait_ms = 20``: the
+loop's fsyncs in a thread it waits for, up to 20 ms), in the same rounds.
+Run: ``python -m bench light [--quick]`` (quick: 3 rounds of 3 s, else 8 rounds of 4 s).
 """
 
 from __future__ import annotations
@@ -148,12 +149,14 @@ async def _rounds(
 
 def _fsync_sides() -> list[tuple[str, dict[str, Any]]]:
     """The servers of each tree: one with its default settings, or with
-    ``JET_LIGHT_FSYNC_SIDES=1`` the loop fsync's and the worker thread's side by side."""
+    ``JET_LIGHT_FSYNC_SIDES=1`` the loop fsync's, the worker thread's and the waited
+    thread's side by side."""
     if os.environ.get("JET_LIGHT_FSYNC_SIDES") != "1":
         return [("", {})]
     return [
         ("loop", {"storage": {"fsync_on_loop": True}}),
         ("thread", {"storage": {"fsync_on_loop": False}}),
+        ("wait", {"storage": {"fsync_loop_wait_ms": 20.0}}),
     ]
 
 

@@ -143,8 +143,16 @@ class CommitSoon:
             return
         if hops.ENABLED:
             hops.mark("fsync.start")
+        fsyncs = committer.fsyncs
         try:
-            flushed = committer.fsyncs.flush_probed(committer.base.log)
+            if fsyncs.loop_wait_s:  # in a thread the loop waits for (storage/waited_sync)
+                flushed = fsyncs.flush_waited(committer.base.log, self.loop, self._thread_done)
+                if flushed == fsync_runner.LATE:  # (a stalled disk: its end comes later)
+                    committer.thread_flush = True
+                    self._in_thread = waiting
+                    return
+            else:
+                flushed = fsyncs.flush_probed(committer.base.log)
         except Exception:  # (a failed fsync: the flusher recovers)
             flushed = None
         if flushed is None:
