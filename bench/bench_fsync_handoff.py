@@ -70,24 +70,27 @@ def _on_loop(log_: Log, loop: asyncio.AbstractEventLoop, done: Callable[[], None
     loop.call_soon(loop.call_soon, fsync)  # (the probe turn, then the fsync)
 
 
-def _in_thread(
-    runner: FsyncRunner, log_: Log, loop: asyncio.AbstractEventLoop, done: Callable[[], None]
-) -> None:
+def _ended(done: Callable[[], None]) -> Callable[[int, BaseException | None], None]:
+    """A thread's fsync outcome handed to ``done`` (a failure raised: nothing fails here)."""
+
     def ended(_flushed: int, error: BaseException | None) -> None:
         if error is not None:
             raise error
         done()
 
-    loop.call_soon(runner.sync_in_thread_then, log_, loop, ended)
+    return ended
+
+
+def _in_thread(
+    runner: FsyncRunner, log_: Log, loop: asyncio.AbstractEventLoop, done: Callable[[], None]
+) -> None:
+    loop.call_soon(runner.sync_in_thread_then, log_, loop, _ended(done))
 
 
 def _waiting(
     runner: FsyncRunner, log_: Log, loop: asyncio.AbstractEventLoop, done: Callable[[], None]
 ) -> None:
-    def ended(_flushed: int, error: BaseException | None) -> None:
-        if error is not None:
-            raise error
-        done()
+    ended = _ended(done)
 
     def fsync() -> None:
         if runner.flush_waited(log_, loop, ended) != LATE:
@@ -146,10 +149,10 @@ async def _rounds(rounds: int, secs: float) -> None:
             log_.close()
     print(f"  medians over {rounds} rounds:")
     for way, values in per.items():
-        med = [statistics.median(v[i] for v in values) for i in range(4)]
+        p50, p99, cpu, switches = map(statistics.median, zip(*values, strict=True))
         print(
-            f"    {way:<6} p50 {med[0]:.0f} p99 {med[1]:.0f} us, p99/p50 {med[1] / med[0]:.1f};"
-            f" CPU {med[2]:.0f} us, {med[3]:.1f} context switches per fsync"
+            f"    {way:<6} p50 {p50:.0f} p99 {p99:.0f} us, p99/p50 {p99 / p50:.1f};"
+            f" CPU {cpu:.0f} us, {switches:.1f} context switches per fsync"
         )
 
 
