@@ -14,8 +14,12 @@ Before the first round this process's heap is collected and frozen (:mod:`bench.
 
 With ``JET_BENCH_AGAINST=<path of another jet work tree>`` a second jet server runs that
 tree's code beside this one (``A`` = this tree, ``B`` = that one), in the same rounds: an
-A/B of two builds on the same machine at the same moments. Run: ``python -m bench light
-[--quick]`` (quick: 3 rounds of 3 s, else 8 rounds of 4 s).
+A/B of two builds on the same machine at the same moments. With ``JET_LIGHT_FSYNC_SIDES=1``
+each tree runs three servers instead, ``<tag>loop`` (the default: the fsync on the event loop
+when the runner allows it), ``<tag>thread`` (``[storage] fsync_on_loop = false``: every
+fsync in a worker thread) and ``<tag>wait`` (``[storage] fsync_loop_wait_ms = 20``: the
+loop's fsyncs in a thread it waits for, up to 20 ms), in the same rounds.
+Run: ``python -m bench light [--quick]`` (quick: 3 rounds of 3 s, else 8 rounds of 4 s).
 """
 
 from __future__ import annotations
@@ -143,6 +147,19 @@ async def _rounds(
         )
 
 
+def _fsync_sides() -> list[tuple[str, dict[str, Any]]]:
+    """The servers of each tree: one with its default settings, or with
+    ``JET_LIGHT_FSYNC_SIDES=1`` the loop fsync's, the worker thread's and the waited
+    thread's side by side."""
+    if os.environ.get("JET_LIGHT_FSYNC_SIDES") != "1":
+        return [("", {})]
+    return [
+        ("loop", {"storage": {"fsync_on_loop": True}}),
+        ("thread", {"storage": {"fsync_on_loop": False}}),
+        ("wait", {"storage": {"fsync_loop_wait_ms": 20.0}}),
+    ]
+
+
 def run(quick: bool) -> None:
     """Start the servers and alternate the rounds (see the module docstring)."""
     rounds, secs = (3, 3.0) if quick else (8, 4.0)
@@ -151,9 +168,12 @@ def run(quick: bool) -> None:
         devnull = stack.enter_context(open(os.devnull, "wb"))
         jets: dict[str, tuple[list[str], int]] = {}
         for tag, tree in trees.items():
-            with running_tree(tree):  # the server imports that tree's code
-                dev = stack.enter_context(DevCluster(size=1, log_file=devnull))
-            jets[tag] = (dev.addresses, dev.servers[0].pid)
+            for side, settings in _fsync_sides():
+                with running_tree(tree):  # the server imports that tree's code
+                    dev = stack.enter_context(
+                        DevCluster(size=1, log_file=devnull, settings=settings)
+                    )
+                jets[tag + side] = (dev.addresses, dev.servers[0].pid)
         js_url = stack.enter_context(jetstream_server(sync_always=False))
         js_sync_url = stack.enter_context(jetstream_server(sync_always=True))
         print(

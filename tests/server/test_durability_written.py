@@ -267,8 +267,19 @@ HUNG_TIMEOUT_MS = 1000
 """The timeout of the requests answered while an fsync hangs."""
 
 
+HUNG_SETTINGS = {
+    "threads": {"fsync_on_loop": False},
+    "loop_wait": {"fsync_loop_wait_ms": 20.0},
+}
+"""The two ways an fsync that hangs does not stop the server: every fsync in a worker
+thread, or those the runner would run on the loop in a thread the loop waits for up to
+20 ms (storage/waited_sync.py). With neither (the loop fsync) the first hung fsync on the
+loop stops it: nothing answered (the 'free' produces time out)."""
+
+
+@pytest.mark.parametrize("mode", sorted(HUNG_SETTINGS))
 async def test_an_all_answer_on_a_hung_fsync_times_out_and_the_rest_is_served(
-    nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
+    nats_server: NatsServer, tmp_path: Path, fsync_shim: Path, mode: str
 ) -> None:
     """An ALL-acked Produce whose fsync never returns (a hung disk) is answered TIMEOUT at its
     timeout, by the server, while the server serves its other partitions.
@@ -283,12 +294,12 @@ async def test_an_all_answer_on_a_hung_fsync_times_out_and_the_rest_is_served(
     returned: none while the gate was closed.
 
     One `jet server` process runs with the fsync shim's gate (tests/support/fsync_fault.py)
-    over one stream's segment files only, and ``fsync_on_loop = false``, so that stream's
-    fsyncs wait in a worker thread while the test holds the gate closed (an fsync on the
-    event loop that never returns would stop the whole loop: the runner puts an fsync there
-    only while fsyncs are fast, storage/fsync_runner.py).
+    over one stream's segment files only, and ``fsync_on_loop = false`` (``threads``) or
+    ``fsync_loop_wait_ms = 20`` (``loop_wait``), so that stream's fsyncs wait in a worker
+    thread while the test holds the gate closed, the loop for 20 ms at most (an fsync on the
+    event loop that never returns would stop the whole loop: :data:`HUNG_SETTINGS`).
     """
-    settings = {"storage": {"fsync_on_loop": False}}
+    settings = {"storage": HUNG_SETTINGS[mode]}
     with gated_server_process(
         nats_server.url, tmp_path, "--log-level", "INFO", settings=settings, match="/streams/hung-"
     ) as (gate, proc):

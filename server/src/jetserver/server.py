@@ -304,6 +304,7 @@ class Server:
             controller=node.controller if node is not None else None,
             fsyncs=FsyncRunner(
                 on_loop=cfg.storage.fsync_on_loop,
+                loop_wait_s=cfg.storage.fsync_loop_wait_ms / 1000,
                 large_writes_in_thread=cfg.storage.large_writes_in_thread,
             ),
             disk=disk,

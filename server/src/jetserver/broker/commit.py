@@ -121,7 +121,7 @@ class Committer:
         its commit from loop callbacks, with no task (made on first use)."""
         soon = self._soon
         if soon is None:
-            soon = self._soon = CommitSoon(self)
+            soon = self._soon = CommitSoon(self, self._running_loop())
         return soon
 
     def keep_deferred(self) -> bool:

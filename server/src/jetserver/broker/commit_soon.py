@@ -73,11 +73,12 @@ class CommitSoon:
     loop callbacks (module docstring). One per partition, made on first use."""
 
     committer: CommitterPort
+    loop: asyncio.AbstractEventLoop
+    """The partition's loop (``committer.running_loop()``, looked up once)."""
     _waiting: list[Callable[[], None]] = attrs.field(factory=list)
     """Work of the appends the next fsync covers, to run once it ended."""
     _soon: asyncio.Handle | None = None
-    """The next turn's :meth:`_look`, :meth:`_on_loop` or :meth:`_to_thread_soon`, while
-    one is due."""
+    """The next turn's :meth:`_look` or :meth:`_on_loop`, while one is due."""
     _probe_at: float = 0.0
     """When :meth:`_look` let the loop turn (uvloop: a turn back within FREE_TURN_S is a
     free loop)."""
@@ -104,32 +105,23 @@ class CommitSoon:
             self._start()
 
     def _start(self) -> None:
-        """The next fsync: looked at next turn if it may run on the loop; else handed to a
-        thread next turn (no probe turn first). Called from the reader callback that
+        """The next fsync, looked at next turn (:meth:`_look`: on the loop or to a thread;
+        the runner asked once, there, not here too). Called from the reader callback that
         appended (or the fsync thread's, :mod:`jetserver.storage.loop_waker`), that
         ``call_soon`` runs before the loop polls again, with no loop iteration of its own;
         the thread woken there finds the GIL free sooner than one woken from the middle of
         the append's step (``python -m bench cost``, every fsync in a thread, load 24-44:
         futex calls 5.1-5.5 a message handed over in the step, 3.8-4.1 from the
         ``call_soon``; loop iterations alike, 2.1-2.2)."""
-        committer = self.committer
-        if committer.fsyncs.may_run_here_for(committer.base.log):
-            self._soon = committer.running_loop().call_soon(self._look)
-        else:
-            self._soon = committer.running_loop().call_soon(self._to_thread_soon)
-
-    def _to_thread_soon(self) -> None:
-        """:meth:`_to_thread` as :meth:`_start`'s loop callback."""
-        self._soon = None
-        self._to_thread()
+        self._soon = self.loop.call_soon(self._look)
 
     def _look(self) -> None:
         """The turn after the appends: an fsync on the loop after one more turn, if the
-        runner would run it there; else in a thread now."""
+        runner would run it there; else in a thread now (no probe turn first)."""
         committer = self.committer
         self._soon = None
         if committer.fsyncs.may_run_here_for(committer.base.log):
-            loop = committer.running_loop()
+            loop = self.loop
             ready = getattr(loop, "_ready", None)
             if ready is not None and not ready:
                 self._on_loop()  # (asyncio: nothing ready, free now, as _loop_free)
@@ -142,7 +134,7 @@ class CommitSoon:
     def _on_loop(self) -> None:
         committer = self.committer
         self._soon = None
-        if not fsync_runner.free_after_turn(committer.running_loop(), self._probe_at):
+        if not fsync_runner.free_after_turn(self.loop, self._probe_at):
             self._to_thread()
             return
         waiting, self._waiting = self._waiting, []
@@ -151,8 +143,16 @@ class CommitSoon:
             return
         if hops.ENABLED:
             hops.mark("fsync.start")
+        fsyncs = committer.fsyncs
         try:
-            flushed = committer.fsyncs.flush_probed(committer.base.log)
+            if fsyncs.loop_wait_s:  # in a thread the loop waits for (storage/waited_sync)
+                flushed = fsyncs.flush_waited(committer.base.log, self.loop, self._thread_done)
+                if flushed == fsync_runner.LATE:  # (a stalled disk: its end comes later)
+                    committer.thread_flush = True
+                    self._in_thread = waiting
+                    return
+            else:
+                flushed = fsyncs.flush_probed(committer.base.log)
         except Exception:  # (a failed fsync: the flusher recovers)
             flushed = None
         if flushed is None:
@@ -174,7 +174,7 @@ class CommitSoon:
         committer.thread_flush = True
         self._in_thread = waiting
         if not committer.fsyncs.sync_in_thread_then(
-            committer.base.log, committer.running_loop(), self._thread_done
+            committer.base.log, self.loop, self._thread_done
         ):  # another thread's fsync of the log runs: the flusher's covers these
             committer.thread_flush = False
             self._in_thread = None

@@ -65,6 +65,14 @@ class CopyBacklog:
         """True if :meth:`enter` would let ``size`` bytes in at once."""
         return not self._line and (not self.held or self.held + size <= self.limit)
 
+    def hold(self, size: int) -> None:
+        """:meth:`enter` of ``size`` bytes its caller saw :meth:`admits` let in, in this
+        same step (nothing in line, so it is let in at once), with no ticket made: the
+        caller gives them back (:meth:`release`; a one-step Produce's copy,
+        broker/produce_one.py)."""
+        self._taken += 1
+        self.held += size
+
     def enter(self, size: int) -> CopyTicket:
         """Take a place for ``size`` bytes of copies, right when the request takes its
         copies' turn: let in at once if nobody waits and they fit (or nothing is held),

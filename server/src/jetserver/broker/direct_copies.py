@@ -302,19 +302,48 @@ class DirectCopies:
         failures: int,
         timeout_s: float,
         turn: int,
-        ticket: CopyTicket,
+        size: int,
     ) -> None:
         """The work after the commit of a request answered in its reader callback whose
         copy waits for the fsync its append left (durability ``flushed``), run from the
         loop callback that commits it (:class:`~jetserver.broker.commit_soon.CommitSoon`):
-        the copy sent then if it may (:meth:`send_now`), else its after-work
-        (:meth:`publish_let_in`: its turn, the commit, within ``timeout_s``) in a task."""
-        sent = self.send_now(replica, message, end, failures, turn, ticket)
-        if sent is True:
-            return
-        after = sent or functools.partial(
-            self.publish_let_in, replica, (message,), end, failures, timeout_s, turn, ticket
-        )
+        the copy sent then if it may (:meth:`send_now`'s test, inline), else its
+        after-work (:meth:`publish_let_in`: its turn, the commit, within ``timeout_s``) in
+        a task. ``size``: the bytes the backlog holds for it (:meth:`CopyBacklog.hold`,
+        no ticket: it was let in at once)."""
+        committer = replica.committer
+        turns = committer.copy_turns
+        after: After | None = None
+        if (
+            turns.is_next(turn)
+            and committer.sync_failures == failures
+            and replica.log.high_watermark >= end
+        ):
+            header = _header_block(replica.stream, replica.partition)
+            subject, payload = message
+            held = False
+            try:
+                held = not self.link.send_stored_copy(subject, payload, header, replica)
+            finally:
+                if not held:
+                    self.backlog.release(size)
+                    turns.finish(turn)
+            if not held:
+                return
+            after = functools.partial(
+                self._publish_held, message, header, replica, turn, CopyTicket(size, None)
+            )
+        else:
+            after = functools.partial(
+                self.publish_let_in,
+                replica,
+                (message,),
+                end,
+                failures,
+                timeout_s,
+                turn,
+                CopyTicket(size, None),
+            )
         task = asyncio.ensure_future(after())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

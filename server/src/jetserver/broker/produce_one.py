@@ -308,15 +308,19 @@ class OneProduce:
         if committed and copies.send_alone(replica, message, failures):
             return None
         turn = replica.committer.copy_turns.take()
-        ticket = self.backlog.enter(len(message[1]))
+        size = len(message[1])
         if committed:
-            sent = copies.send_now(replica, message, end, failures, turn, ticket)
+            sent = copies.send_now(
+                replica, message, end, failures, turn, self.backlog.enter(size)
+            )  # (let in: admitted before the append; held until sent, as hold's)
             if sent is not False:
                 return None if sent is True else sent
+        else:  # its bytes held with no ticket (admitted before the append)
+            self.backlog.hold(size)
         # Not committed yet (durability flushed): after the fsync, from its commit.
         replica.committer.soon().after_commit(
             functools.partial(
-                copies.copy_committed, replica, message, end, failures, timeout_s, turn, ticket
+                copies.copy_committed, replica, message, end, failures, timeout_s, turn, size
             )
         )
         return None

@@ -351,6 +351,12 @@ class StorageConfig:
     thread. Either way nothing is visible or ALL-acked before its fsync returned. The risk
     of true: a disk whose fsync stalls stalls the whole server for that one fsync, after
     which fsyncs go to worker threads for 10 s (:mod:`jetserver.storage.fsync_runner`)."""
+    fsync_loop_wait_ms: float = attrs.field(default=0.0, validator=_non_negative)
+    """0: an fsync that ``fsync_on_loop`` puts on the event loop runs there. Above 0: it
+    runs in a worker thread that the loop waits for, up to this long (the loop stays
+    blocked as for a loop fsync, but no longer): a disk whose fsync never returns then
+    stops the server for this long, once, not for ever (fsyncs go to worker threads for
+    10 s after it). Costs two thread wake-ups per fsync (storage/waited_sync.py)."""
     large_writes_in_thread: bool = True
     """Append a batch of a few large records (64 KiB or more in at most 64 records) from a
     worker thread, so that the event loop serves other requests while the write waits for

@@ -1,67 +1,48 @@
 """Where a partition's fsync runs: on the event loop while fsyncs are fast and few, else in a
 worker thread.
 
-A worker thread keeps the event loop free while the disk works, but the hand-off costs more
-than the fsync itself at light load: the thread must wake, take the GIL from the loop, and
-hand the result back through the loop's self-pipe, four wake-ups that each wait for a CPU on
-a busy machine (on the 2-core dev VM, 2026-11-26: a 0.18 ms fdatasync took 1.2-1.3 ms from
-hand-off to the loop seeing it return, p50; publish -> consume at 500 msg/s went from
-3.4-5.2 ms p50 to 2.4-3.8 ms with the fsync on the loop, interleaved runs of
-``/tmp/lat.py``-style 500 msg/s rounds). So :class:`FsyncRunner` runs an fsync directly on
-the loop unless:
+A worker thread keeps the event loop free while the disk works, but the hand-off costs
+wake-ups that each wait for a CPU on a busy machine (2026-11-26: publish -> consume at 500
+msg/s went from 3.4-5.2 ms p50 to 2.4-3.8 ms with the fsync on the loop). So
+:class:`FsyncRunner` runs an fsync directly on the loop (or, with :attr:`~FsyncRunner.
+loop_wait_s`, in a thread the loop waits for, storage/waited_sync.py) unless:
 
 * it is off (``[storage] fsync_on_loop = false``);
 * the fsync is not on the way to readers: a partition with durability ``written`` or
   ``replicated`` makes records visible before their fsync, and a stalled disk must not
   stop it from serving them (tests/server/test_durability_written.py);
 * an fsync on the loop recently took longer than :data:`SLOW_FSYNC_S` (a slow or stalling
-  disk): for :data:`SLOW_BACKOFF_S` every fsync goes to a worker thread, so a disk that
-  stalls stalls the loop for at most one fsync per back-off period. What counts is the
-  system call alone (not the group commit's locks and bookkeeping around it), less the
-  loop thread's waits for a CPU meanwhile (:mod:`jetserver.storage.cpu_waits`): a loop
-  preempted on a loaded machine is not a slow disk;
+  disk): for :data:`SLOW_BACKOFF_S` every fsync goes to a worker thread (a stalling disk
+  stalls the loop for one fsync per back-off period). What counts is the system call
+  alone, less the loop thread's waits for a CPU meanwhile (:mod:`.cpu_waits`);
 * fsyncs on the loop took more than :data:`LOOP_SHARE` of its time lately (a decaying sum
   over :data:`WINDOW_S`): under load the loop has other work, and a thread lets it parse
   the next requests while the disk works (group commit then covers them);
 * another thread is already fsyncing that log (the loop never waits for it);
 * the bytes to fsync are many (more than :data:`INLINE_MAX_BYTES` appended since the last
-  fsync: a large value, a burst of them, a follower catching up): the fsync's time grows
-  with its bytes, and while it blocks the loop nothing is received; in a thread the next
-  requests are read and appended meanwhile, and the next fsync covers them (group commit).
-  A 1 MiB value acked ALL had its fsync on the loop, one per message, whenever the loop
-  looked free and its share allowed;
-* other logs' fsyncs are asked for in the same turn (the partitions of one ProduceMany
-  request: each section's commit probes the loop in that turn): they all go to the
-  threads as one batch and run at once (below), not one after the other on the loop;
-* other work is ready to run on the loop, still after it had one turn (a busy server: its
-  requests must not wait behind the disk; measured on 2026-11-26 with fsyncs on the loop
-  whenever the share allowed, acked publishing with ack LEADER fell by about a quarter).
+  fsync: a large value, a burst, a follower catching up): the fsync's time grows with its
+  bytes; in a thread the next requests are read and appended meanwhile (group commit);
+* other logs' fsyncs are asked for in the same turn (a ProduceMany's partitions): they go
+  to the threads as one batch and run at once (below), not one after the other;
+* other work is ready to run on the loop, still after it had one turn (a busy server's
+  requests must not wait behind the disk: ack LEADER publishing fell by a quarter).
 
 Durability is the same either way: the high watermark and ALL acks move only after the
 fsync returned. Worker threads are :data:`jetserver.storage.fsync_threads.THREADS` (a job and one
 loop callback per fsync, not ``anyio.to_thread``'s two extra loop turns and ~110 calls).
 The fsyncs handed to threads in one loop turn go as ONE batch (:class:`FlushBatch`): a
-ProduceMany request that appended to 500 partitions has their flushers ask in the same
-turn, and the batch is split among at most :data:`FSYNC_LANES` jobs (a thread each) that
-run at once, each fsyncing its share of the logs in turn: 8 hand-offs and results instead
-of 500, and fsyncs that the disk commits together (group commit across partitions). One
-thread fsyncing every log in turn, as before, made the disk commit each on its own: a
-ProduceMany with ack ALL to 4 partitions waited for 4 commits one after the other. The jobs
-of a batch of several hand the loop ONE callback, from the one that ends last (each job's
-own callback woke the loop once per job: 4 wake-ups and GIL hand-overs per round of a
-table's 4-partition puts, for outcomes the callers get only once all are in).
-A request that appended to many partitions at once may hand their fsyncs over itself as
-one such batch (:meth:`FsyncRunner.flush_group`, broker/commit_group.py: a ProduceMany's
-sections), with one callback that gets every outcome and commits them: no flusher task
-per partition, and no caller's future.
+ProduceMany's 500 partitions' flushers ask in the same turn, and the batch is split among
+at most :data:`FSYNC_LANES` jobs (a thread each) that run at once, each fsyncing its share
+of the logs in turn: 8 hand-offs instead of 500, and fsyncs the disk commits together
+(one thread fsyncing 4 logs in turn made 4 commits one after the other). The jobs of a
+batch hand the loop ONE callback, from the one that ends last (not a wake-up per job).
+A request that appended to many partitions may hand their fsyncs over as one such batch
+itself (:meth:`FsyncRunner.flush_group`, broker/commit_group.py), with one callback.
 Large writes (:meth:`FsyncRunner.append_large`): a batch of a few large records (at least
 :data:`LARGE_WRITE_BYTES`) is written from a worker thread, not on the loop. A write to a
-segment file blocks while an fsync of that file commits (ext4: the journal), and a large
-write is when that happens (a 1 MiB value acked ALL: its fsync runs in a thread, as
-above, while the next value is appended): on the dev VM a 1 MiB write took 0.4 ms p50
-alone and up to 5-9 ms while an fsync of the file ran (2026-11-29). In a thread the loop
-reads and parses the next requests meanwhile. Batches of many small records stay on the
-loop (their framing is CPU, which a thread would only contend for under the GIL).
+segment file blocks while an fsync of that file commits (ext4: a 1 MiB write took 0.4 ms
+p50 alone, 5-9 ms during an fsync, 2026-11-29). Batches of many small records stay on
+the loop (their framing is CPU, which a thread would only contend for under the GIL).
 Task safety: event loop thread only.
 """
 
@@ -91,6 +72,7 @@ from jetserver.storage.flush_batch import FlushBatch, flush_all
 from jetserver.storage.framing import Body
 from jetserver.storage.fsync_threads import FSYNC_LANES, SYNCS, THREADS
 from jetserver.storage.group_commit import PendingSync
+from jetserver.storage.waited_sync import LATE, Then, sync_waiting
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +102,7 @@ bytes are not even summed)."""
 _HEADS_AND_TAILS: frozenset[type] = frozenset({tuple})
 _WHOLE: frozenset[type] = frozenset({bytes})
 
-__all__ = ["FsyncRunner"]
+__all__ = ["LATE", "FsyncRunner"]
 
 
 @attrs.define
@@ -145,6 +127,9 @@ class FsyncRunner:
     thread_sync: Callable[[int], None] | None = attrs.field(default=None, repr=False)
     """What :meth:`sync_in_thread_then`'s thread runs on the descriptor; None: fdatasync
     (traced when the durability trace is on)."""
+    loop_wait_s: float = 0.0
+    """> 0: an fsync the loop would run runs in a split syncs' thread that the loop waits
+    for, up to this long (:meth:`flush_waited`); 0: on the loop (:meth:`flush_probed`)."""
     large_writes_in_thread: bool = True
     """False: large writes on the loop too (``[storage] large_writes_in_thread``)."""
     loop_large_writes: int = 0
@@ -249,22 +234,15 @@ class FsyncRunner:
         then: Callable[[int, BaseException | None], None],
     ) -> bool:
         """The fsync of ``log_`` to its LEO in a worker thread, handed over now (no batch
-        turn): :meth:`Log.begin_sync` on the loop (the LEO, the segment and a lease on its
-        file, no flush closure), the fdatasync and :meth:`Log.end_sync` in a thread of
-        :data:`~jetserver.storage.fsync_threads.SYNCS` (the split syncs' own lane: its
-        jobs wait for nothing but the disk, so none waits behind a ``Log.flush`` that
-        waits for it); ``then(flushed, None)`` or ``then(-1, error)`` in the job's loop
-        callback, no future and no task (a one-step Produce's commit,
-        :class:`jetserver.broker.commit_soon.CommitSoon`); now if the log is flushed
+        turn): :meth:`Log.begin_sync` on the loop, the fdatasync and :meth:`Log.end_sync`
+        in a thread of :data:`~jetserver.storage.fsync_threads.SYNCS` (the split syncs'
+        own lane: its jobs wait for nothing but the disk); ``then(flushed, None)`` or
+        ``then(-1, error)`` in the job's loop callback, no future and no task
+        (:class:`jetserver.broker.commit_soon.CommitSoon`); now if the log is flushed
         already or could not begin. False, nothing done, if another fsync of the log
-        runs. ``then`` must not raise.
-
-        The group commit's end is the thread's, not the loop's: a ``Log.flush`` waiting
-        for this fsync in another thread (a flush lane, :class:`FlushBehind
-        <jetserver.storage.flush_behind.FlushBehind>`, a follower's append) waits for the
-        disk alone, never for the loop's next turn (the merged tree of session 23 ended
-        it on the loop, and a lost loop wake-up left those waiting for ever:
-        tests/storage/test_split_sync_race.py)."""
+        runs. ``then`` must not raise. The group commit's end is the thread's: a
+        ``Log.flush`` waiting for it in another thread waits for the disk alone, never
+        for the loop's next turn (tests/storage/test_split_sync_race.py)."""
         try:
             pending = log_.begin_sync()
         except Exception as exc:
@@ -387,6 +365,28 @@ class FsyncRunner:
         if self._probing or self._batch is not None:
             return None
         return self._fsync_here(log_, None)
+
+    def flush_waited(self, log_: Log, loop: asyncio.AbstractEventLoop, late: Then) -> int | None:
+        """:meth:`flush_probed` with the system call in a split syncs' thread that the
+        loop waits for up to :attr:`loop_wait_s` (:func:`sync_waiting`): :data:`LATE` if
+        it did not end by then (``late`` gets its outcome on the loop); the wait counts as
+        a loop fsync's time (a longer one than :data:`SLOW_FSYNC_S` backs off).
+
+        Raises:
+            SyncFailedError, StorageError: as :meth:`flush_probed`.
+        """
+        if self._probing or self._batch is not None:
+            return None
+        start = self.clock()
+        self._syscalls.mark(start)
+        try:
+            flushed = sync_waiting(log_, loop, self.loop_wait_s, late, self.thread_sync)
+        finally:
+            self._syscalls.syscall_s = self.clock() - start  # (the wait: all the disk's)
+            self._spent(start)
+        if flushed is not None and flushed >= 0:
+            self.loop_fsyncs += 1
+        return flushed
 
     def _fsync_here(self, log_: Log, upto: int | None) -> int | None:
         start = self.clock()

@@ -40,11 +40,9 @@ class Log:
     the high watermark; :meth:`flush` fsyncs with group commit.
 
     Thread-safety: writer operations (``append``, ``append_raw``, ``truncate_to``, ``roll``,
-    ``enforce_retention``, ``close``) serialize on an internal lock and are meant for one
-    writer task. ``read``, ``offset_for_timestamp`` and the properties may be called from any
-    thread at any time. ``flush`` may be called from any number of threads (they share
-    fsyncs). ``compact`` may run in a background thread; it holds the writer lock only to swap
-    files in.
+    ``enforce_retention``, ``close``) serialize on an internal lock, for one writer task.
+    ``read``, ``offset_for_timestamp``, the properties and ``flush`` (shared fsyncs) from any
+    thread; ``compact`` in a background thread (the writer lock only to swap files in).
 
     Composed of parts with one job each, around one
     :class:`~jetserver.storage.log_state.LogState` (segments, offsets, locks, checkpoints):
@@ -455,8 +453,7 @@ class Log:
         """Block until every offset below ``upto`` (default: the LEO now) is fsynced.
 
         Group commit: one fsync covers everything appended before it started; a caller that
-        arrives while an fsync is running waits for it and starts another only if that one
-        did not cover its offsets. Call from a worker thread in async code.
+        arrives during one waits for it, then starts another if needed. From a worker thread.
 
         Returns:
             :attr:`flushed_offset` (>= ``upto`` clamped to the LEO).
@@ -470,24 +467,31 @@ class Log:
 
     @property
     def unflushed_bytes(self) -> int:
-        """Bytes appended since the last successful fsync began: about what the next fsync
-        writes to the disk (an estimate for deciding where it runs; any thread)."""
+        """Bytes appended since the last good fsync began (where the next one runs)."""
         state = self._state
         return state.appended_bytes - state.synced_bytes
 
     def flush_unless_busy(self, upto: int | None = None, timed: Timed = None) -> int | None:
         """:meth:`flush`, or None if it would wait for another thread's fsync (event loop);
-        ``timed(fdatasync, fd)`` makes the system call if given (the runner times it alone)."""
-        return self._flush(upto, wait=False, timed=timed)
+        ``timed(fdatasync, fd)`` makes the system call if given (the runner times it alone).
+        To the LEO: :meth:`begin_sync`, the call, :meth:`end_sync` (fewer lines)."""
+        if upto is not None:
+            return self._flush(upto, wait=False, timed=timed)
+        pending = self.begin_sync()
+        if pending is None or isinstance(pending, int):
+            return pending
+        error: BaseException | None = None
+        try:
+            fdatasync(pending.fd) if timed is None else timed(fdatasync, pending.fd)
+        except BaseException as exc:  # (recorded: the log is poisoned, as by flush)
+            error = exc
+        return self.end_sync(pending, error)  # (SyncFailedError if it failed)
 
     def begin_sync(self) -> PendingSync | int | None:
-        """:meth:`flush`'s bookkeeping before the fsync, for a caller that runs the fsync
-        (``os.fdatasync(pending.fd)``) in a worker thread and ends it here with
-        :meth:`end_sync` (the event loop begins it: the thread runs the system call and
-        its end, :meth:`FsyncRunner.sync_in_thread_then
-        <jetserver.storage.fsync_runner.FsyncRunner.sync_in_thread_then>`).
-        The flushed offset if it covers the LEO already; None if another fsync of this
-        log runs (it may not cover the LEO: the caller flushes another way).
+        """:meth:`flush`'s bookkeeping before the fsync (``os.fdatasync(pending.fd)``),
+        ended by :meth:`end_sync` (a worker thread's, ``FsyncRunner.sync_in_thread_then``,
+        or the loop's, :meth:`flush_unless_busy`). The flushed offset if it covers the LEO
+        already; None if another fsync of this log runs (the caller flushes another way).
 
         Raises:
             LogClosedError: the log is closed. SyncFailedError: an earlier fsync failed.
@@ -517,8 +521,7 @@ class Log:
 
     def end_sync(self, pending: PendingSync, error: BaseException | None) -> int:
         """:meth:`flush`'s bookkeeping after the fsync :meth:`begin_sync` began ended
-        (``error``: how it failed): the flushed offset. Any thread (the one that ran the
-        fsync: a flush waiting for it then waits for the disk, not for the loop).
+        (``error``: how it failed): the flushed offset. Any thread (the fsync's).
 
         Raises:
             SyncFailedError: it failed (the log is poisoned, as after :meth:`flush`).
@@ -548,10 +551,7 @@ class Log:
 
             def sync() -> None:
                 try:
-                    if timed is None:
-                        fdatasync(seg.file.fd)
-                    else:
-                        timed(fdatasync, seg.file.fd)
+                    fdatasync(seg.file.fd) if timed is None else timed(fdatasync, seg.file.fd)
                 except OSError as exc:
                     raise StorageError(f"fsync of {seg.log_path} failed: {exc}") from exc
                 finally:
