@@ -23,6 +23,7 @@ import anyio
 import pytest
 
 from cluster.harness import Cluster, needs_cluster
+from cluster.hop_marks import marks_of, traced_cluster
 from cluster.streams import create_replicated
 from cluster.views import wait_caught_up
 from jetsdk import Client, Producer
@@ -50,19 +51,11 @@ before that (the flush and the HW move too)."""
 
 @pytest.fixture
 def traced(tmp_path: Path) -> Iterator[tuple[Cluster, Path]]:
-    prefix = tmp_path / "hops"
     settings = {
         "replication": {"fetch_max_wait_s": FETCH_MAX_WAIT_S, "hw_news_delay_s": HW_NEWS_DELAY_S}
     }
-    env = {f"s{i}": {"JET_HOP_TRACE": str(prefix)} for i in (1, 2, 3)}
-    with Cluster(root=tmp_path / "c", size=3, settings=settings, server_env=env) as cluster:
-        yield cluster, prefix
-
-
-def marks_of(prefix: Path, pid: int) -> list[tuple[str, int]]:
-    """The hop marks a stopped server wrote (``name ns`` lines)."""
-    lines = Path(f"{prefix}.{pid}").read_text(encoding="ascii").splitlines()
-    return [(name, int(ns)) for name, ns in (line.split() for line in lines)]
+    with traced_cluster(tmp_path, settings) as cluster:
+        yield cluster, tmp_path
 
 
 async def test_a_parked_replica_fetch_wakes_only_for_news_it_answers(
@@ -102,11 +95,9 @@ IDLE_S = 2.0
 
 @pytest.fixture
 def short_polls(tmp_path: Path) -> Iterator[tuple[Cluster, Path]]:
-    prefix = tmp_path / "hops"
     settings = {"replication": {"fetch_max_wait_s": LONG_POLL_S, "hw_news_delay_s": 0.05}}
-    env = {f"s{i}": {"JET_HOP_TRACE": str(prefix)} for i in (1, 2, 3)}
-    with Cluster(root=tmp_path / "c", size=3, settings=settings, server_env=env) as cluster:
-        yield cluster, prefix
+    with traced_cluster(tmp_path, settings) as cluster:
+        yield cluster, tmp_path
 
 
 async def test_long_poll_ends_and_hw_news_wake_no_task(

@@ -13,7 +13,6 @@ Every wait is bounded.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -22,6 +21,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from cluster.harness import Cluster, needs_cluster
+from cluster.hop_marks import marks_of, traced_cluster
 from cluster.streams import create_replicated
 from cluster.views import wait_caught_up
 from jetsdk import Client, Producer
@@ -41,24 +41,12 @@ Before: 1.0 (every one)."""
 STORED_HEADER = "Jet-Stored"
 
 
-@pytest.fixture
-def traced(tmp_path: Path) -> Iterator[tuple[Cluster, Path]]:
-    prefix = tmp_path / "hops"
-    env = {f"s{i}": {"JET_HOP_TRACE": str(prefix)} for i in (1, 2, 3)}
-    with Cluster(root=tmp_path / "c", size=3, server_env=env) as cluster:
-        yield cluster, prefix
+async def test_an_rf3_all_produce_is_answered_with_no_task(tmp_path: Path) -> None:
+    with traced_cluster(tmp_path) as cluster:
+        await _answered_with_no_task(cluster, tmp_path)
 
 
-def marks_of(prefix: Path, pid: int) -> list[tuple[str, int]]:
-    """The hop marks a stopped server wrote (``name ns`` lines)."""
-    lines = Path(f"{prefix}.{pid}").read_text(encoding="ascii").splitlines()
-    return [(name, int(ns)) for name, ns in (line.split() for line in lines)]
-
-
-async def test_an_rf3_all_produce_is_answered_with_no_task(
-    traced: tuple[Cluster, Path],
-) -> None:
-    cluster, prefix = traced
+async def _answered_with_no_task(cluster: Cluster, prefix: Path) -> None:
     [(_info, leader)] = await create_replicated(cluster, "atonce", 1, BOUND_S)
     seen: list[tuple[bytes, dict[str, str]]] = []
     all_seen = anyio.Event()
