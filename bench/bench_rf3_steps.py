@@ -78,6 +78,7 @@ def run(quick: bool) -> None:
                 "replica fetches": ("req.replica_fetch", ""),
                 "their tasks woken": ("rf.wait", ""),
                 "HW-only answers": ("rf.ans.", ".h"),
+                "Produce tasks resumed": ("produce.resumed", ""),
                 "fsyncs on the loop": ("loop_fsync.start", ""),
             }
         else:

@@ -178,7 +178,9 @@ def _trace(
     last = max(chains, key=lambda c: c[-1])  # the report that came last
     hw = _after(leader.get("hw", []), last[-1])
     done = _after(leader.get("acked", []), hw)
-    resp = _after(leader.get("resp.produce", []), done)
+    # (an answer its commit wrote, the request answered from the reader callback: uncorked)
+    answers = leader.get("resp.produce", []) + leader.get("resp.uncorked", [])
+    resp = _after(sorted(answers), done)
     points = [sent, req, append, *last, hw]
     tail = [append, fsync_start, fsync_end, hw, done, resp, acked]
     if None in points or None in tail:

@@ -23,6 +23,7 @@ import anyio
 import pytest
 
 from cluster.harness import Cluster, needs_cluster
+from cluster.hop_marks import marks_of, traced_cluster
 from cluster.streams import create_replicated
 from cluster.views import wait_caught_up
 from jetsdk import Client, Producer
@@ -50,19 +51,11 @@ before that (the flush and the HW move too)."""
 
 @pytest.fixture
 def traced(tmp_path: Path) -> Iterator[tuple[Cluster, Path]]:
-    prefix = tmp_path / "hops"
     settings = {
         "replication": {"fetch_max_wait_s": FETCH_MAX_WAIT_S, "hw_news_delay_s": HW_NEWS_DELAY_S}
     }
-    env = {f"s{i}": {"JET_HOP_TRACE": str(prefix)} for i in (1, 2, 3)}
-    with Cluster(root=tmp_path / "c", size=3, settings=settings, server_env=env) as cluster:
-        yield cluster, prefix
-
-
-def marks_of(prefix: Path, pid: int) -> list[tuple[str, int]]:
-    """The hop marks a stopped server wrote (``name ns`` lines)."""
-    lines = Path(f"{prefix}.{pid}").read_text(encoding="ascii").splitlines()
-    return [(name, int(ns)) for name, ns in (line.split() for line in lines)]
+    with traced_cluster(tmp_path, settings) as cluster:
+        yield cluster, tmp_path
 
 
 async def test_a_parked_replica_fetch_wakes_only_for_news_it_answers(
@@ -91,3 +84,45 @@ async def test_a_parked_replica_fetch_wakes_only_for_news_it_answers(
     assert len(appends) >= MESSAGES + 1, len(appends)
     assert wakes <= WAKES_PER_MESSAGE_MAX * (MESSAGES - 1), (wakes, MESSAGES - 1)
     assert held >= MESSAGES - 1, held  # the followers' fetches parked with no task
+
+
+LONG_POLL_S = 0.25
+"""replication.fetch_max_wait_s of :func:`test_long_poll_ends_and_hw_news_wake_no_task`:
+idle followers' long polls end several times a second."""
+IDLE_S = 2.0
+"""How long that test leaves the partition idle (the long polls' ends are what it counts)."""
+
+
+@pytest.fixture
+def short_polls(tmp_path: Path) -> Iterator[tuple[Cluster, Path]]:
+    settings = {"replication": {"fetch_max_wait_s": LONG_POLL_S, "hw_news_delay_s": 0.05}}
+    with traced_cluster(tmp_path, settings) as cluster:
+        yield cluster, tmp_path
+
+
+async def test_long_poll_ends_and_hw_news_wake_no_task(
+    short_polls: tuple[Cluster, Path],
+) -> None:
+    """A lone partition's parked fetch whose long poll ends, or whose HW falls due, is
+    answered from its timer's callback: no task step (before: one each)."""
+    cluster, prefix = short_polls
+    [(_info, leader)] = await create_replicated(cluster, "polls", 1, BOUND_S)
+    async with (
+        Client(cluster.addresses, request_timeout=10.0) as client,
+        Producer(client, "polls", ack=AckPolicy.ALL) as producer,
+    ):
+        await producer.send(b"first")
+        await wait_caught_up(cluster, "polls", 0, BOUND_S)  # the HW sent on its own
+        await producer.send(b"second")
+        await wait_caught_up(cluster, "polls", 0, BOUND_S)
+        await anyio.sleep(IDLE_S)  # (idle: the long polls end, what is counted)
+    pid = cluster.server(leader).pid
+    assert pid is not None
+    cluster.stop_server(leader)
+    marks = marks_of(prefix, pid)
+    start = [ns for name, ns in marks if name == "append"][-1]
+    answered = sum(1 for name, ns in marks if name == "resp.replica_fetch" and ns > start)
+    wakes = sum(1 for name, ns in marks if name == "rf.wait" and ns > start)
+    ended = IDLE_S / LONG_POLL_S  # per follower, about
+    assert answered >= ended, (answered, ended)  # the long polls ended, answered
+    assert wakes <= 0.1 * answered, (wakes, answered)

@@ -143,6 +143,14 @@ class NatsPort(Protocol):
     ) -> bool:
         """One such copy written now if nothing is pending before it; False: not done."""
 
+    def unstored_copy_room(self, size: int) -> bool:
+        """Whether :meth:`queue_unstored_copy` of ``size`` bytes (payload and subject)
+        would queue it now."""
+
+    def queue_unstored_copy(self, subject: str, payload: EnvelopeBytes) -> bool:
+        """:meth:`publish_unstored_copies` of one unmarked copy, queued with no wait if the
+        pending buffer takes it (written at the end of the loop turn); False: not done."""
+
     async def publish_unstored_copies(
         self,
         messages: Sequence[tuple[str, EnvelopeBytes]],

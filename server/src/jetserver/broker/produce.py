@@ -87,6 +87,7 @@ from jetserver.broker.produce_one import (
     link_down,
     partition_subject_of,
 )
+from jetserver.broker.produce_replicated import ReplicatedOne
 from jetserver.broker.produce_section import SectionProduce
 from jetserver.broker.seq_marks import publish_marked
 from jetserver.broker.streams import StreamManager
@@ -147,6 +148,8 @@ class ProduceService:
             self._tokens,
             self.direct,
         )
+        if self.direct:  # (else the NATS path, for comparison: not these either)
+            self.one.replicated = ReplicatedOne(self.link, self._waiting)
         self._cas = CasProduce(self.one)
         self.section = SectionProduce(self.one)
 

@@ -41,6 +41,7 @@ from jetserver.broker.direct_copies import After, Copies, DirectCopies
 from jetserver.broker.nats_port import NatsPort
 from jetserver.broker.one_target import OneTarget
 from jetserver.broker.partition import PartitionReplica
+from jetserver.broker.produce_replicated import ReplicatedOne
 from jetserver.broker.streams import StreamManager
 from jetserver.config.server import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument, partition_not_found
@@ -150,6 +151,9 @@ class OneProduce:
     """False: :meth:`serve_now` serves nothing (``ProduceService.direct``)."""
     inbox_prefix: str = ""
     """This server's ack inboxes' prefix (set when the Produce service starts)."""
+    replicated: ReplicatedOne | None = None
+    """Serves :meth:`serve_now`'s ALL acks at a replicated partition's leader
+    (broker/produce_replicated.py; None: the general path does)."""
 
     async def serve(
         self,
@@ -238,24 +242,29 @@ class OneProduce:
         Before that answer the connection counts the request in flight."""
         if not self.direct:
             return None
-        one = one_message_envelope(body, f"{self.inbox_prefix}.{next(self.tokens):x}")
+        inbox = f"{self.inbox_prefix}.{next(self.tokens):x}"
+        one = one_message_envelope(body, inbox)
         if one is None:
             return None
         stream, partition, timeout_ms, subject, size, envelope, record = one
+        rf3 = self.replicated if record.policy == _ALL and answer_later is not None else None
         try:
-            checked = self._check_one(stream, partition, subject, size, envelope, record)
+            checked = self._check_one(stream, partition, subject, size, envelope, record, rf3)
         except Exception:
             return None
         if checked is None:
             return None
         replica, subject, payload = checked
+        timeout_s = min(timeout_ms / 1000, self.limits.max_produce_timeout_s)
+        if rf3 is not None and replica.replication_factor != 1:
+            assert answer_later is not None  # (rf3 only with it)
+            return rf3.serve_now(replica, subject, record, envelope, inbox, timeout_s, answer_later)
         at_commit = to = None
         if record.policy == _ALL:
             if answer_later is None:
                 return None
             at_commit = AnswerAtCommit(answer_later)
             to = DirectAckTo(at_commit, 0)
-        timeout_s = min(timeout_ms / 1000, self.limits.max_produce_timeout_s)
         if payload is None:  # no NATS copies (no_nats_copies)
             result = replica.intake.append_one(subject, record, to)
             if result is None:
@@ -381,18 +390,20 @@ class OneProduce:
         size: int,
         payload: EnvelopeBytes,
         record: DirectRecord,
+        rf3: ReplicatedOne | None = None,
     ) -> tuple[PartitionReplica, str, EnvelopeBytes | None] | None:
         """The general path's checks of a request of one message with a LEADER ack: the
         replica, the subject (the partition's if none), the NATS copy (None:
         no_nats_copies); None for the general path. What depends only on the stream's
         metadata is checked once per change of it (:meth:`_target`, kept on the
         replica: broker/one_target.py); the message and the replica's state, each time.
+        ``rf3``: a replicated partition's too (an ALL ack, :class:`ReplicatedOne`).
 
         Raises:
             ApiError: as the general path.
         """
         replica = self.streams.local_replica(stream, partition)
-        if replica is None or replica.replication_factor != 1:
+        if replica is None or (replica.replication_factor != 1 and rf3 is None):
             return None
         sequencer = replica.sequencer
         if not (

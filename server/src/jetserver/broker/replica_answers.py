@@ -83,10 +83,11 @@ def choose_answers(
     slots: dict[int, Slot],
     parked_s: float,
     budget: int,
+    ended: bool = False,
 ) -> Built:
-    """The answers of a request parked ``parked_s`` seconds whose news came (as its task
-    would choose them after its wait: :func:`_serve`)."""
-    live = due_slots(live, [], parked_s, False)
+    """The answers of a request parked ``parked_s`` seconds whose news came, or whose long
+    poll ``ended`` (as its task would choose them after its wait: :func:`_serve`)."""
+    live = due_slots(live, [], parked_s, ended)
     polls_ended(live)
     return answer_each(streams, live, slots, [], budget)
 

@@ -8,14 +8,15 @@ partition's possible news in the turn that made it (:meth:`ParkedFetch.poke`), a
 wake (:class:`SessionWakers`), the timer of the long poll's end or of a HW falling due.
 Then:
 
-- a request parked on one partition whose news is small records or a HW is answered by a
-  plain callback at the start of the next turn, written by its connection at once: the
-  request is over with no task step at all (before, its task woke once more only to end
-  it: two task wake-ups at the leader per RF 3 message);
-- anything else (news on a request parked on many partitions, a wake, the long poll's
-  end, records too big to read on the loop, a frame the socket did not take at once, an
-  error) resumes the request in a task (:meth:`HeldFetch.resume`), which answers as the
-  request's own task did after its wait.
+- a request parked on one partition whose news is small records or a HW, or whose long
+  poll ends, is answered by a plain callback (at the start of the turn after the news,
+  or the timer's), written by its connection at once: the request is over with no task
+  step at all (before, its task woke once more only to end it: two task wake-ups at the
+  leader per RF 3 message);
+- anything else (news on a request parked on many partitions, a wake, records too big
+  to read on the loop, a frame the socket did not take at once, an error) resumes the
+  request in a task (:meth:`HeldFetch.resume`), which answers as the request's own task
+  did after its wait.
 
 Without a connection to hold it (``hold`` None) the request's own task waits for the same
 outcome on a future.
@@ -33,7 +34,7 @@ from typing import Protocol
 
 import attrs
 
-from jetsdk.codec.replica_fetch import ReplicaFetchAnswer
+from jetsdk.codec.replica_fetch import RESPONSE_POLL_ENDED, ReplicaFetchAnswer
 from jetserver.broker.replica_answers import (
     SENT,
     Built,
@@ -236,12 +237,14 @@ class ParkedFetch:
         if due is not None and now + due < self._due_at():
             self._at(now + due)
 
-    def _answer_here(self) -> None:
+    def _answer_here(self, ended: bool = False, then: Rest | None = None) -> None:
         """Answer the parked request of a lone partition from a plain callback at the start
-        of the turn after its news (the append's), if its records are small and the
-        connection takes the frame now: the request is over with no task; else a task
-        sends what was chosen. Not in the append's own turn: what else that turn appends
-        (the other Produce requests read with it) goes in the same answer."""
+        of the turn after its news (the append's), or from its timer's (a HW fallen due,
+        the long poll's end: ``ended``), if its records are small and the connection takes
+        the frame now: the request is over with no task; else a task sends what was
+        chosen (``then``: the task's answer if none is due after all). Not in the append's
+        own turn: what else that turn appends (the other Produce requests read with it)
+        goes in the same answer."""
         self._answer_due = False
         if self.loop is None or self._over_due:
             return
@@ -254,24 +257,28 @@ class ParkedFetch:
         parked_s = self.loop.time() - self.start
         try:
             answers, unread = choose_answers(
-                here.streams, self.live, here.slots, parked_s, here.budget
+                here.streams, self.live, here.slots, parked_s, here.budget, ended
             )
         except Exception as exc:  # (as the task would have raised it)
             self._finish(_raising(exc))
             return
-        if not answers:
-            self._wait_over()  # nothing due any more: it waits on
+        flags = RESPONSE_POLL_ENDED if ended else 0
+        if not answers and not ended:
+            if then is not None:
+                self._finish(then)  # (as from the timer before: the task answers)
+            else:
+                self._wait_over()  # nothing due any more: it waits on
             return
         if sum(r.length for r in unread.values()) > ANSWER_HERE_MAX_BYTES:
-            self._finish(_built(answers, unread))
+            self._finish(_built(answers, unread, flags))
             return
         try:
             answers = read_all(answers, unread)
-            sent = here.write(ReplicaFetchReply(answers))
+            sent = here.write(ReplicaFetchReply(answers, flags=flags))
         except Exception as exc:
             self._finish(_raising(exc))
             return
-        self._finish(None if sent else _built(answers, {}))
+        self._finish(None if sent else _built(answers, {}, flags))
 
     def _over_soon(self) -> None:
         """:meth:`_wait_over` in a callback of its own (once), as a task's wake-up was."""
@@ -290,13 +297,26 @@ class ParkedFetch:
         then = self._then
         assert then is not None
         if self.woken or any(has_news(e, parked_s) for e in self.live):
+            if self._lone():  # a HW fallen due: answered here
+                self._answer_here(then=lambda: then(False, parked_s))
+                return
             if hops.ENABLED and not self.woken:
                 hops.mark("rf.woken")
             self._finish(lambda: then(False, parked_s))
         elif loop.time() + TIMER_SLACK_S >= self.end or self._waits >= MAX_NEWS_WAITS:
+            if self._lone():  # the long poll's end: answered here
+                self._answer_here(True)
+                return
             self._finish(lambda: then(True, parked_s))
         else:
             self._arm(parked_s)
+
+    def _lone(self) -> bool:
+        """A lone partition's request, its replica on, that a callback may answer."""
+        if self.here is None or len(self.live) != 1 or self.woken:
+            return False
+        replica = self.live[0].replica
+        return not (replica.closed or replica.life.ending)
 
     def _finish(self, rest: Rest | None) -> None:
         """The wait is over: answered (``rest`` None) or ``rest`` gives the reply."""
@@ -392,11 +412,11 @@ def hw_due_s(live: list[Slot], parked_s: float) -> float | None:
     return due
 
 
-def _built(answers: list[ReplicaFetchAnswer], unread: dict[int, ReadSlices]) -> Rest:
+def _built(answers: list[ReplicaFetchAnswer], unread: dict[int, ReadSlices], flags: int) -> Rest:
     """The reply of answers chosen in a callback, not written: their records read (or
-    sent from their files) by a task."""
+    sent from their files) by a task, with the response's ``flags``."""
     built: Built = (answers, unread)
-    return lambda: finish_reply(*built, 0)
+    return lambda: finish_reply(*built, flags)
 
 
 def _raising(exc: Exception) -> Rest:

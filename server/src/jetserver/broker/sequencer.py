@@ -247,8 +247,8 @@ class Sequencer:
                 self.committer.defer_flush(start=self.base.core.role == ROLE_LEADER)
 
     def append_one_now(self, subject: str, record: DirectRecord) -> Result | None:
-        """:meth:`append_now` of one direct message with a LEADER or NONE ack, no header
-        controls and no producer id (the caller saw :attr:`idle` in this turn), its outcome
+        """:meth:`append_now` of one direct message, no header controls and no producer id
+        (an ALL ack at a replicated leader: the caller saw ``enough_replicas``), its outcome
         returned, not settled on a completion (broker/produce_one.py), with no await: the
         checks, append, commit and flush of :meth:`_take_direct` and :meth:`_append`; acks
         to NATS inboxes and a leadership end its commit leaves go in a task. None (nothing
@@ -292,8 +292,8 @@ class Sequencer:
             self._appending = False
             if self._queue or self.base.life.stopping:
                 self._wake.set()
-        if core.role == ROLE_SINGLE and core.policy.durability == DURABILITY_FLUSHED:
-            self.committer.defer_flush()  # as append_now's (_commit_in_task)
+        if core.policy.durability == DURABILITY_FLUSHED:  # (leading: single or leader)
+            self.committer.defer_flush(start=core.role == ROLE_LEADER)  # as append_now's
         else:
             self.committer.request_flush()
         return (0, first, ts)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import re
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -43,17 +42,16 @@ from jetserver.natslink.fast import DirectDelivery, JetNatsClient
 from jetserver.natslink.flush import round_trip
 from jetserver.natslink.read import JetParser
 from jetserver.natslink.shared_rounds import SharedRounds
-from jetserver.natslink.write import PendingWriter
+from jetserver.natslink.write import PendingWriter, queue_commands
 from jetserver.natsproto import header_map
 
 log = logging.getLogger(__name__)
 
 
-_BAD_SUBJECT = re.compile(r"\s")
-"""What nats-py refuses in a published subject (whitespace, CR, LF: no protocol injection)."""
 _CONNECTED = NatsClient.CONNECTED
-_MAX_CACHED_SUBJECTS = 4096
 _MAX_ECHO_CACHE = 4096
+_COMMAND_BYTES = 512
+"""More than a publish command around its payload takes (``PUB <subject> <size>``)."""
 _NATS_PY_PUB_INTERNALS = (
     "_pending",
     "_pending_data_size",
@@ -469,48 +467,9 @@ class NatsLink:
         # nats-py's status read as its is_connected does (two property calls a publish).
         if nc._status != _CONNECTED and not nc.is_connected:
             return 0
-        subjects = self._subjects
-        max_payload = int(nc._max_payload or 0)
-        cmds: list[bytes | memoryview] = []
-        hlen = len(header_block)
-        payload_bytes = 0
-        queued = 0
-        for subject, payload in messages:
-            raw = subjects.get(subject)
-            if raw is None:
-                if not subject or _BAD_SUBJECT.search(subject):
-                    log.debug("publish refused: bad subject", extra=fields(subject=subject))
-                    break
-                if len(subjects) >= _MAX_CACHED_SUBJECTS:
-                    subjects.clear()
-                raw = subjects[subject] = subject.encode()
-            size = len(payload)
-            if max_payload and size + hlen > max_payload:
-                log.debug("publish refused: over max_payload", extra=fields(subject=subject))
-                break
-            # The command around the payload, not formatted with it: the payload is copied
-            # once, when the flusher writes the pending buffers (a large value was copied
-            # twice more here, into the command and into the batch).
-            if hlen:
-                cmds.append(b"HPUB %b %d %d\r\n%b" % (raw, hlen, hlen + size, header_block))
-            else:
-                cmds.append(b"PUB %b %d\r\n" % (raw, size))
-            if isinstance(payload, SplitEnvelope):  # a large value: written from the request
-                cmds.append(payload.head)
-                cmds.append(payload.value)
-            else:
-                cmds.append(payload)
-            cmds.append(b"\r\n")
-            payload_bytes += size
-            queued += 1
-        if not cmds:
+        queued = queue_commands(nc, self._subjects, messages, header_block)
+        if not queued:
             return 0
-        # What nats-py's publish does per message, once for the whole batch.
-        # (Views too: nats-py only hands _pending to its transport's writelines.)
-        nc._pending.extend(cmds)  # type: ignore[arg-type]
-        nc._pending_data_size += sum(map(len, cmds))
-        nc.stats["out_msgs"] += queued
-        nc.stats["out_bytes"] += payload_bytes
         try:
             if 0 < nc._max_pending_size < nc._pending_data_size:
                 # (the one wait here: bounded without a scope on the way that does not wait)
@@ -524,6 +483,30 @@ class NatsLink:
         except Exception as exc:  # queued already: nats-py sends or drops it on reconnect
             log.debug("flush kick failed", extra=fields(error=str(exc)))
         return queued
+
+    def unstored_copy_room(self, size: int) -> bool:
+        """Whether :meth:`queue_unstored_copy` of ``size`` bytes (payload and subject) would
+        queue it now: the link is up and its pending buffer takes it with no forced flush
+        (:meth:`publish_unstored_copies` would wait for one)."""
+        nc = self._ingest_nc
+        if nc is None or not self._batch_pub or nc._status != _CONNECTED:
+            return False
+        limit = nc._max_pending_size
+        return not 0 < limit < nc._pending_data_size + size + _COMMAND_BYTES
+
+    def queue_unstored_copy(self, subject: str, payload: EnvelopeBytes) -> bool:
+        """:meth:`publish_unstored_copies` of one unmarked message with no wait: queued in
+        order after what is pending and written at the end of this loop turn (after the
+        turn's callbacks due before, the followers' answers of its append among them).
+        False: not queued (the link is down; a subject NATS refuses)."""
+        nc = self._ingest_nc
+        if nc is None or not self._batch_pub or nc._status != _CONNECTED:
+            return False
+        if not queue_commands(nc, self._subjects, ((subject, payload),), b""):
+            return False
+        if nc._flush_queue is not None and nc._flush_queue.empty():
+            self._writer.write_soon(nc)
+        return True
 
     async def flush(self, timeout_s: float, *, ingest: bool = False) -> None:
         """Wait until NATS has received everything published so far on the main

@@ -14,20 +14,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Sequence
 
 import attrs
 from nats.aio.client import Client as NatsClient
 
+from jetsdk.codec.transcode import EnvelopeBytes, SplitEnvelope
 from jetserver.logs import fields
 from jetserver.natslink.flush import socket_transport
 
-__all__ = ["WRITE_BUFFER_LIMIT", "PendingWriter"]
+__all__ = ["WRITE_BUFFER_LIMIT", "PendingWriter", "queue_commands"]
 
 log = logging.getLogger(__name__)
 
 _CONNECTED = NatsClient.CONNECTED
 _CONNECTING = NatsClient.CONNECTING
+_BAD_SUBJECT = re.compile(r"\s")
+"""What nats-py refuses in a published subject (whitespace, CR, LF: no protocol injection)."""
+_MAX_CACHED_SUBJECTS = 4096
 WRITE_BUFFER_LIMIT = 64 * 1024
 """Above this many bytes waiting in a NATS connection's socket buffer, publishes go
 through nats-py's flusher task, which waits for the buffer to drain."""
@@ -115,3 +120,56 @@ class PendingWriter:
         queue = nc._flush_queue
         if queue is not None and queue.empty():  # the flusher writes and drains
             queue.put_nowait(asyncio.get_running_loop().create_future())
+
+
+def queue_commands(
+    nc: NatsClient,
+    subjects: dict[str, bytes],
+    messages: Sequence[tuple[str, EnvelopeBytes]],
+    header_block: bytes,
+) -> int:
+    """Add the publish commands of ``messages`` to ``nc``'s pending buffer, in order,
+    with no wait (``subjects``: their encoded forms, a cache this fills): how many leading
+    ones were queued (a bad subject or one over max_payload stops it)."""
+    max_payload = int(nc._max_payload or 0)
+    cmds: list[bytes | memoryview] = []
+    hlen = len(header_block)
+    payload_bytes = 0
+    queued = 0
+    for subject, payload in messages:
+        raw = subjects.get(subject)
+        if raw is None:
+            if not subject or _BAD_SUBJECT.search(subject):
+                log.debug("publish refused: bad subject", extra=fields(subject=subject))
+                break
+            if len(subjects) >= _MAX_CACHED_SUBJECTS:
+                subjects.clear()
+            raw = subjects[subject] = subject.encode()
+        size = len(payload)
+        if max_payload and size + hlen > max_payload:
+            log.debug("publish refused: over max_payload", extra=fields(subject=subject))
+            break
+        # The command around the payload, not formatted with it: the payload is copied
+        # once, when the flusher writes the pending buffers (a large value was copied
+        # twice more here, into the command and into the batch).
+        if hlen:
+            cmds.append(b"HPUB %b %d %d\r\n%b" % (raw, hlen, hlen + size, header_block))
+        else:
+            cmds.append(b"PUB %b %d\r\n" % (raw, size))
+        if isinstance(payload, SplitEnvelope):  # a large value: written from the request
+            cmds.append(payload.head)
+            cmds.append(payload.value)
+        else:
+            cmds.append(payload)
+        cmds.append(b"\r\n")
+        payload_bytes += size
+        queued += 1
+    if not cmds:
+        return 0
+    # What nats-py's publish does per message, once for the whole batch.
+    # (Views too: nats-py only hands _pending to its transport's writelines.)
+    nc._pending.extend(cmds)  # type: ignore[arg-type]
+    nc._pending_data_size += sum(map(len, cmds))
+    nc.stats["out_msgs"] += queued
+    nc.stats["out_bytes"] += payload_bytes
+    return queued
