@@ -217,19 +217,50 @@ async def _echo(frame: Frame) -> Reply:
     return Reply(_response(frame.correlation_id, b"re " + bytes(frame.body)))
 
 
+@pytest.mark.parametrize("api", [Api.PRODUCE, Api.PRODUCE_MANY], ids=["produce", "many"])
 async def test_a_request_alone_in_its_read_starts_from_the_reader_callback(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, api: Api
 ) -> None:
     """A request frame that arrives alone (the usual one at light load) starts its task
     from the socket's reader callback: the read loop does not take a step per request
-    (it took one for every request before, a loop turn and its lines)."""
+    (it took one for every request before, a loop turn and its lines; for a ProduceMany,
+    a table's round of puts, until a7cd68ab: 5 reads)."""
     reads = _count_reads(monkeypatch)
     async with _serving(_echo) as client:
         for cid in range(1, 6):
-            client.sendall(encode_frame(Api.PRODUCE, cid, b"m%d" % cid))
+            client.sendall(encode_frame(api, cid, b"m%d" % cid))
             (frame,) = await _read_frames(client, 1)
             assert (frame.correlation_id, bytes(frame.body)) == (cid, b"re m%d" % cid)
     assert reads.count <= 1  # the first may be there before the reader callback is
+
+
+async def test_a_produce_behind_a_produce_many_starts_after_its_section_tasks() -> None:
+    """Pipelined requests keep their order on a partition (spec/protocol.md §17): a
+    ProduceMany's first step makes a task per section, which enters its partition in its
+    first step; a Produce sent right behind it, whether it comes in the same read or the
+    next (taken from the reader callback), starts after those section tasks."""
+    order: list[str] = []
+
+    async def handler(frame: Frame) -> Reply:
+        if frame.api == Api.PRODUCE_MANY:
+
+            async def section(i: int) -> None:
+                order.append(f"{frame.correlation_id}.{i}")
+
+            await asyncio.gather(*(section(i) for i in range(3)))
+        else:
+            order.append(f"{frame.correlation_id}")
+        return Reply(_response(frame.correlation_id, b""))
+
+    async with _serving(handler) as client:
+        for rnd in range(20):
+            many, one = 2 * rnd + 1, 2 * rnd + 2
+            order.clear()
+            client.sendall(encode_frame(Api.PRODUCE_MANY, many, b"m"))
+            client.sendall(encode_frame(Api.PRODUCE, one, b"p"))
+            frames = await _read_frames(client, 2)
+            assert sorted(f.correlation_id for f in frames) == [many, one]
+            assert order == [f"{many}.0", f"{many}.1", f"{many}.2", f"{one}"], rnd
 
 
 async def test_the_read_loop_still_takes_what_is_not_one_whole_request(

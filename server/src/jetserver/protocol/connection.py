@@ -196,9 +196,9 @@ class AcceptedConnection:
         """What the reader callback received while the read loop waits: a request frame
         alone in its read, nothing buffered before it (a request at light load), starts
         its task here, in the callback, not from the read loop's next step (a loop turn
-        and the read loop's ~80 Python lines per request). False: the read loop takes the
-        bytes as always (anything else: part or several frames, a response frame, a
-        ProduceMany, the in-flight limit reached, closing)."""
+        and the read loop's ~80 Python lines per request); a ProduceMany's first step (its
+        section tasks made) runs before a later read's callback. False: the read loop
+        takes the bytes (part or several frames, a response, the limit reached, closing)."""
         decoder = self._decoder
         if (
             decoder is None
@@ -210,7 +210,7 @@ class AcceptedConnection:
         if parts is None:
             return False
         api, flags, cid, body = parts
-        if flags & FLAG_RESPONSE or api == _PRODUCE_MANY:
+        if flags & FLAG_RESPONSE:
             return False
         if hops.ENABLED:
             hops.mark("read")
