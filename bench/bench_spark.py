@@ -331,7 +331,13 @@ the heap (docs/tutorial/spark.md, "Memory", for a user's own Spark). The wall ra
 load moved 0.56-1.21x whatever the options: not a figure. A corrupt record (a CRC
 mismatch) made a task retry forever (the retry counter was reset when the answer arrived,
 before its records were checked): it now fails after 6 attempts, naming the offset
-(tests/spark/test_jvm_reader_rows.py).
+(tests/spark/test_jvm_reader_rows.py). ``JET_BENCH_SPARK_PARTS=16384 python -m bench spark
+--quick``, /tmp/base27 (a7cd68ab) then this tree, one process each, one pair (a second did not
+fit the session; load 34-43 throughout): jetstream-jvm at 20,000 rows 1.12x / 1.02x of the
+Consumer (1,891 / 4,308 rows/s: the load's), the JVM 1.25 / 0.97 CPU-s a query (medians of
+3); at 2,000 rows 0.26x / 0.20x, 0.94 / 0.85 CPU-s; the sinks (not changed) at 20,000 rows
+foreach_batch_sink 1.03x / 1.17x, df.write 0.51x / 0.54x, at 2,000 rows 0.50x / 0.39x and
+0.51x / 0.37x. Not confirmed on a quiet machine; the 100 B default was not run.
 
 Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds; 100,000 x 1 KB, one round;
 10,000 x 16 KiB, :data:`LARGE_ROUNDS` rounds, and the source and sinks at 30,000 x 16 KiB.

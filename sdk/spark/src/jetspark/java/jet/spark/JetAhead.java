@@ -191,27 +191,23 @@ final class JetAhead implements Closeable {
     if (bodyLength < 30 || ((body[0] | body[1]) != 0)) {
       return -1;
     }
-    int end = Math.min(bodyLength, 30 + (int) Math.min(u32(body, 26), Integer.MAX_VALUE - 30));
+    long records = JetPartitionReader.u32(body, 26);
+    int end = (int) Math.min(bodyLength, 30 + records);
     int p = 30;
     while (end - p >= JetPartitionReader.HEADER) {
-      long length = u32(body, p + 20);
+      long length = JetPartitionReader.u32(body, p + 20);
       if (length > JetPartitionReader.MAX_BODY || end - p < JetPartitionReader.HEADER + length) {
         return -1;
       }
       crc.reset();
       crc.update(body, p, 24);
       crc.update(body, p + JetPartitionReader.HEADER, (int) length);
-      if ((int) crc.getValue() != (int) u32(body, p + 24)) {
-        return (u32(body, p) << 32) | u32(body, p + 4);
+      if ((int) crc.getValue() != (int) JetPartitionReader.u32(body, p + 24)) {
+        return (JetPartitionReader.u32(body, p) << 32) | JetPartitionReader.u32(body, p + 4);
       }
       p += JetPartitionReader.HEADER + (int) length;
     }
     return -1;
-  }
-
-  private static long u32(byte[] b, int p) {
-    return (((b[p] & 0xff) << 24) | ((b[p + 1] & 0xff) << 16) | ((b[p + 2] & 0xff) << 8)
-        | (b[p + 3] & 0xff)) & 0xffffffffL;
   }
 
   /** Stop reading (the thread ends; a read under way ends with the socket or its timeout). */

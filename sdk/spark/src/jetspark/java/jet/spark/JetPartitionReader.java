@@ -404,11 +404,11 @@ final class JetPartitionReader implements PartitionReader<InternalRow> {
     return ((b[p] & 0xff) << 8) | (b[p + 1] & 0xff);
   }
 
-  private static int i32(byte[] b, int p) {
+  static int i32(byte[] b, int p) {
     return ((b[p] & 0xff) << 24) | ((b[p + 1] & 0xff) << 16) | ((b[p + 2] & 0xff) << 8) | (b[p + 3] & 0xff);
   }
 
-  private static long u32(byte[] b, int p) {
+  static long u32(byte[] b, int p) {
     return i32(b, p) & 0xffffffffL;
   }
 
