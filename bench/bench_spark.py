@@ -337,7 +337,10 @@ fit the session; load 34-43 throughout): jetstream-jvm at 20,000 rows 1.12x / 1.
 Consumer (1,891 / 4,308 rows/s: the load's), the JVM 1.25 / 0.97 CPU-s a query (medians of
 3); at 2,000 rows 0.26x / 0.20x, 0.94 / 0.85 CPU-s; the sinks (not changed) at 20,000 rows
 foreach_batch_sink 1.03x / 1.17x, df.write 0.51x / 0.54x, at 2,000 rows 0.50x / 0.39x and
-0.51x / 0.37x. Not confirmed on a quiet machine; the 100 B default was not run.
+0.51x / 0.37x. Not confirmed on a quiet machine. The 100 B part once on this tree
+(``JET_BENCH_SPARK_PARTS=100 --quick``, 50,000 rows, load 9-12): jetstream 0.85x,
+jetstream-jvm 1.51x (the JVM 0.68 CPU-s a query), foreach_batch_sink 1.10x, df.write 0.88x:
+every target met.
 
 Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds; 100,000 x 1 KB, one round;
 10,000 x 16 KiB, :data:`LARGE_ROUNDS` rounds, and the source and sinks at 30,000 x 16 KiB.
