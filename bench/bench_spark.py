@@ -303,6 +303,45 @@ Python source 0.10x), 0.62x at 20,000 (2,577 against the Consumer's 4,133 rows/s
 29; the JVM 1.37 CPU-s a query, where session 25's run had 1.24-1.26 s at load 16-39):
 NOT met in this run.
 
+The JVM reader's garbage (session 27, 2026-12-01 04:45-06:30, helper spark; load 12-49,
+eight sessions on the 2 cores, so pause times and ratios are that load's; the counts are what
+to compare). Ad hoc, 20,000 x 16 KiB, 8 partitions, local[2], a counting foreachBatch, the
+Consumer before each query, GC counts from the JVM's collector MXBeans and -Xlog:gc, 3
+queries a session. a7cd68ab with local_spark's options (C1, SerialGC, spark.driver.memory
+1 GiB; load 12.5): 4-5 young collections a query (0.15-0.34 s), a full one (0.68 s) in 1
+of 3, the JVM 1.15-1.81 CPU-s a query. The heap never grew past its first 365 MB (-Xms is
+1/64 of the RAM), so eden was ~100 MB, and each young collection promoted 16-50 MB, which
+filled the old generation. JFR's allocation samples over two such queries (load ~25): of
+1.57 GB, 625 MB the reader's copy of each value (``Arrays.copyOfRange``, a new 16 KiB array
+a row), 160 MB new answer buffers (about 20 of 8 MiB: a buffer kept from a shorter answer
+was replaced by one a few bytes larger), the rest Spark's (class loading ~300 MB, strings),
+boxed offsets 11 MB. Spark's Project to UnsafeRow copies into a buffer it reuses (nothing
+new a row), and the physical plan always has that Project above the scan
+(``*(1) Project [...] +- MicroBatchScan``). Now a row's key and value arrays are the
+previous row's when the length is the same (refilled: Spark has made its own row from them
+before it asks for the next, as with the subject, which already pointed into the answer's
+buffer), a new answer buffer is as large as the largest answer yet (up to fetchMaxBytes + 1
+MiB), and the CRC checks run where the answer is read (the read-ahead thread). This tree
+(load 38-49): 0-1 young collection a query, no full collection in 9 queries. The JVM's
+options (this tree, one session each, load 38-47): SerialGC as it was 0-1 young a query but
+4 full collections (Metadata GC Threshold, 0.19-1.38 s each) in the session's first
+queries; with -XX:MetaspaceSize=256m (and -Xmn256m) none; G1 with it: 0-1 young a query,
+none full. So local_spark's JVM_OPTIONS add -XX:MetaspaceSize=256m and keep SerialGC and
+the heap (docs/tutorial/spark.md, "Memory", for a user's own Spark). The wall ratio at that
+load moved 0.56-1.21x whatever the options: not a figure. A corrupt record (a CRC
+mismatch) made a task retry forever (the retry counter was reset when the answer arrived,
+before its records were checked): it now fails after 6 attempts, naming the offset
+(tests/spark/test_jvm_reader_rows.py). ``JET_BENCH_SPARK_PARTS=16384 python -m bench spark
+--quick``, /tmp/base27 (a7cd68ab) then this tree, one process each, one pair (a second did not
+fit the session; load 34-43 throughout): jetstream-jvm at 20,000 rows 1.12x / 1.02x of the
+Consumer (1,891 / 4,308 rows/s: the load's), the JVM 1.25 / 0.97 CPU-s a query (medians of
+3); at 2,000 rows 0.26x / 0.20x, 0.94 / 0.85 CPU-s; the sinks (not changed) at 20,000 rows
+foreach_batch_sink 1.03x / 1.17x, df.write 0.51x / 0.54x, at 2,000 rows 0.50x / 0.39x and
+0.51x / 0.37x. Not confirmed on a quiet machine. The 100 B part once on this tree
+(``JET_BENCH_SPARK_PARTS=100 --quick``, 50,000 rows, load 9-12): jetstream 0.85x,
+jetstream-jvm 1.51x (the JVM 0.68 CPU-s a query), foreach_batch_sink 1.10x, df.write 0.88x:
+every target met.
+
 Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds; 100,000 x 1 KB, one round;
 10,000 x 16 KiB, :data:`LARGE_ROUNDS` rounds, and the source and sinks at 30,000 x 16 KiB.
 ``--quick``: 50,000, 10,000 and 2,000 rows, and the source and sinks at 20,000 x 16 KiB.

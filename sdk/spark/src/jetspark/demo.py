@@ -35,13 +35,22 @@ from jetsdk import AckPolicy, Client, OffsetOutOfRange, Producer, StreamExists
 from jetsdk.codec.record import Record, iter_records
 from jetspark._compat import ADMISSION_CONTROL
 
-__all__ = ["CUSTOMERS", "UNIX_SOCKETS", "local_spark", "read_committed", "run"]
+__all__ = ["CUSTOMERS", "JVM_OPTIONS", "UNIX_SOCKETS", "local_spark", "read_committed", "run"]
 
 CUSTOMERS = ("ada", "bob", "cy", "dee", "eve", "fay", "gus", "hal")
 """The demo's customers."""
 QUERY_TIMEOUT_S = 600.0
 """Seconds the demo waits for its streaming query."""
 
+
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:MetaspaceSize=256m"
+"""The driver's and executors' JVM options of :func:`local_spark` (short jobs on small
+machines; a user's Spark sets its own, docs/tutorial/spark.md "Memory"): the C1 compiler
+only (no C2 compiler threads), the serial collector (no concurrent GC threads on 2 cores),
+and a metaspace that starts at 256 MiB: Spark's generated classes grew it past the default
+21 MiB four times in a bench session's first queries, each time a full collection of
+0.19-1.38 s stopping every task (bench_spark.py, session 27); none with it. The heap stays
+Spark's (spark.driver.memory, 1 GiB), its young generation the JVM's."""
 
 UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
 """Spark setting: talk to Python workers over Unix sockets instead of TCP. Over TCP on
@@ -54,7 +63,7 @@ def local_spark(
     app: str = "jetspark-demo", master: str | None = None, *, jvm_reader: bool = False
 ) -> Any:
     """A SparkSession set up like the tests (UI off, 2 shuffle partitions, a JVM with the
-    C1 compiler only and the serial GC: short jobs on small machines; Python workers over
+    C1 compiler only and the serial GC, :data:`JVM_OPTIONS`; Python workers over
     Unix sockets, :data:`UNIX_SOCKETS`; on a local master, unless ``PYSPARK_PYTHON`` is
     set, Spark's Python workers are this interpreter importing pyspark compiled,
     :func:`jetspark.worker_python.worker_python`).
@@ -89,8 +98,8 @@ def local_spark(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-        .config("spark.executor.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
+        .config("spark.executor.extraJavaOptions", JVM_OPTIONS)
         .config(UNIX_SOCKETS, "true")
     )
     if jvm_reader:

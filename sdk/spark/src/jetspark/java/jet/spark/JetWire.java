@@ -111,6 +111,15 @@ final class JetWire implements Closeable {
    * An error frame is thrown as a {@link JetServerError}.
    */
   byte[] frame(byte[] reuse) throws IOException {
+    return frame(reuse, 0);
+  }
+
+  /**
+   * {@link #frame(byte[])}, a new buffer (when {@code reuse} is too small) of at least
+   * {@code atLeast} bytes, so that a buffer kept for later answers is not replaced by one a
+   * little larger at the next one.
+   */
+  byte[] frame(byte[] reuse, int atLeast) throws IOException {
     int size = in.readInt();
     if (size < 6 || size > 128 * 1024 * 1024) {
       throw new IOException("jetstream-jvm: bad frame length " + size + " from " + address);
@@ -119,7 +128,8 @@ final class JetWire implements Closeable {
     gotFlags = in.readUnsignedByte();
     gotId = in.readInt();
     length = size - 6;
-    byte[] body = reuse != null && reuse.length >= length ? reuse : new byte[length];
+    byte[] body =
+        reuse != null && reuse.length >= length ? reuse : new byte[Math.max(length, atLeast)];
     in.readFully(body, 0, length);
     if ((gotFlags & 0x02) != 0) {
       JsonNode err = JSON.readTree(body, 0, length);
